@@ -1,0 +1,167 @@
+"""The contract every problem in the suite fulfils.
+
+A problem folder (`kernels/<name>/problem.py`) builds one `Problem` and names it `PROBLEM`.
+The tools only ever talk to a problem through this class, so adding a problem never touches them.
+Imports stay at torch (no numpy, no mcp, no pydantic): the GPU worker loads problems too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Dims = Mapping[str, int]
+Inputs = tuple[Any, ...]
+Outputs = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When an output counts as correct.
+
+    Both tests must pass for every output tensor: the relative Frobenius error
+    ||out - ref|| / ||ref|| at most `rel_err`, and elementwise |out - ref| <= atol + rtol * |ref|.
+    Non-finite values never pass.
+    """
+
+    rel_err: float
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A way to compute the problem that candidates are timed against.
+
+    Baselines may use any library. `available` says why one cannot run here (None: it can).
+    `prepare` runs once per shape before timing (e.g. JIT/autotune warm-up) and may return a
+    callable that replaces `fn` for that shape (used for CUDA graphs and torch.compile).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    available: Callable[[], str | None] = lambda: None
+    needs_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One optimisation problem: shapes, inputs, reference, tolerance, cost model and baselines."""
+
+    name: str
+    summary: str
+    description: str
+    shapes: Mapping[str, Dims]
+    make_inputs: Callable[[Dims, int, str, torch.dtype | None], Inputs]
+    reference: Callable[..., Outputs]
+    tolerance: Tolerance
+    flops: Callable[[Dims], float]
+    bytes: Callable[[Dims], float]
+    output_names: Sequence[str]
+    gpu_dtype: torch.dtype
+    cpu_dtype: torch.dtype
+    baselines: Sequence[Baseline] = ()
+    # Shapes the correctness check covers besides the requested one (small, odd sizes).
+    check_shapes: Sequence[str] = ("small",)
+    # Per-output tolerance override (e.g. a final state kept in float32).
+    output_tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for required in ("bench", "small"):
+            if required not in self.shapes:
+                raise ValueError(f"problem {self.name!r} lacks the required shape {required!r}")
+        for name in self.check_shapes:
+            if name not in self.shapes:
+                raise ValueError(f"problem {self.name!r}: check shape {name!r} is not defined")
+
+    def dims(self, shape: str) -> Dims:
+        """The dimensions of a named shape, with an error that lists the valid names."""
+        try:
+            return self.shapes[shape]
+        except KeyError:
+            valid = ", ".join(self.shapes)
+            raise KeyError(f"problem {self.name!r} has no shape {shape!r} (valid: {valid})") from None
+
+    def default_dtype(self, device: str) -> torch.dtype:
+        return self.gpu_dtype if device.startswith("cuda") else self.cpu_dtype
+
+    def inputs(self, shape: str, seed: int, device: str, dtype: torch.dtype | None = None) -> Inputs:
+        return self.make_inputs(self.dims(shape), seed, device, dtype or self.default_dtype(device))
+
+    def tolerance_for(self, output_name: str) -> Tolerance:
+        return self.output_tolerances.get(output_name, self.tolerance)
+
+    def baseline(self, name: str) -> Baseline:
+        for b in self.baselines:
+            if b.name == name:
+                return b
+        valid = ", ".join(b.name for b in self.baselines)
+        raise KeyError(f"problem {self.name!r} has no baseline {name!r} (valid: {valid})")
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready summary (CLI `problems --json`, MCP resources)."""
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "shapes": {k: dict(v) for k, v in self.shapes.items()},
+            "check_shapes": list(self.check_shapes),
+            "outputs": list(self.output_names),
+            "gpu_dtype": str(self.gpu_dtype).removeprefix("torch."),
+            "cpu_dtype": str(self.cpu_dtype).removeprefix("torch."),
+            "tolerance": {
+                "rel_err": self.tolerance.rel_err,
+                "atol": self.tolerance.atol,
+                "rtol": self.tolerance.rtol,
+            },
+            "baselines": [{"name": b.name, "description": b.description} for b in self.baselines],
+            "flops": {k: self.flops(v) for k, v in self.shapes.items()},
+            "bytes": {k: self.bytes(v) for k, v in self.shapes.items()},
+        }
+
+
+def as_outputs(value: Any) -> Outputs:
+    """Normalise what `entry()` or a reference returns into a tuple of tensors."""
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(value)
+    raise TypeError(
+        f"expected a tensor or a tuple of tensors, got {type(value).__name__}"
+        + (f" of {[type(v).__name__ for v in value]}" if isinstance(value, (tuple, list)) else "")
+    )
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> dict[str, Any]:
+    """Relative-norm error, worst elementwise violation, and the verdict, in float64."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return {
+            "ok": False,
+            "reason": f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}",
+            "rel_err": math.inf,
+            "max_abs_err": math.inf,
+        }
+    o = out.detach().to(device="cpu", dtype=torch.float64)
+    r = ref.detach().to(device="cpu", dtype=torch.float64)
+    finite = bool(torch.isfinite(o).all())
+    if not finite:
+        n_bad = int((~torch.isfinite(o)).sum())
+        return {"ok": False, "reason": f"{n_bad} non-finite values", "rel_err": math.inf,
+                "max_abs_err": math.inf}
+    diff = (o - r).abs()
+    ref_norm = float(r.norm())
+    rel = float((o - r).norm()) / ref_norm if ref_norm > 0 else float(diff.max(initial=0.0))
+    excess = diff - (tol.atol + tol.rtol * r.abs())
+    n_violations = int((excess > 0).sum())
+    ok = rel <= tol.rel_err and n_violations == 0
+    reason = ""
+    if rel > tol.rel_err:
+        reason = f"relative error {rel:.3e} > {tol.rel_err:.1e}"
+    elif n_violations:
+        reason = (f"{n_violations} of {o.numel()} elements outside atol={tol.atol:g}, "
+                  f"rtol={tol.rtol:g}")
+    return {"ok": ok, "reason": reason, "rel_err": rel, "max_abs_err": float(diff.max(initial=0.0))}
