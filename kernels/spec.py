@@ -153,8 +153,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> dict[str, A
         return {"ok": False, "reason": f"{n_bad} non-finite values", "rel_err": math.inf,
                 "max_abs_err": math.inf}
     diff = (o - r).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
     ref_norm = float(r.norm())
-    rel = float((o - r).norm()) / ref_norm if ref_norm > 0 else float(diff.max(initial=0.0))
+    rel = float((o - r).norm()) / ref_norm if ref_norm > 0 else max_abs
     excess = diff - (tol.atol + tol.rtol * r.abs())
     n_violations = int((excess > 0).sum())
     ok = rel <= tol.rel_err and n_violations == 0
@@ -164,4 +165,4 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> dict[str, A
     elif n_violations:
         reason = (f"{n_violations} of {o.numel()} elements outside atol={tol.atol:g}, "
                   f"rtol={tol.rtol:g}")
-    return {"ok": ok, "reason": reason, "rel_err": rel, "max_abs_err": float(diff.max(initial=0.0))}
+    return {"ok": ok, "reason": reason, "rel_err": rel, "max_abs_err": max_abs}

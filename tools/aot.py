@@ -1,0 +1,152 @@
+"""Compile captured launches ahead of time for Hopper, with no GPU needed, and read their resources.
+
+Runs as its own process (no interpreter): `python -m tools.aot REQUEST.json RESULT.json`. For each
+launch recorded by tools.capture it rebuilds Triton's own argument specialisation (dtypes, 16-byte
+alignment, integer divisibility) from stand-in arguments, compiles for the target, and reads
+registers, spills and shared memory with the cuobjdump that ships inside Triton, and whether the SASS
+uses wgmma (HGMMA) and TMA (UTMALDG/UTMASTG, UBLKCP).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tools.candidate import describe_exception, load_candidate
+
+TARGET_ARCH = 90
+_RES_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+
+
+def _cuobjdump() -> Path:
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def _stand_in(desc: dict[str, Any]) -> Any:
+    import torch
+
+    kind = desc["kind"]
+    if kind == "tensor":
+        dtype = getattr(torch, desc["dtype"])
+        base = torch.empty(64, dtype=dtype)
+        if desc.get("aligned16", True):
+            return base
+        return base[1:]  # an element offset breaks 16-byte alignment as the original view did
+    if kind in ("int", "float", "bool"):
+        return desc["value"]
+    if kind == "none":
+        return None
+    raise ValueError(f"cannot compile an argument of kind {kind!r} ({desc.get('repr', '')})")
+
+
+def _find_kernel(module: Any, record: dict[str, Any]) -> Any:
+    """The JITFunction behind a recorded launch (unwrapping autotune/heuristics wrappers)."""
+    from triton.runtime.jit import JITFunction
+
+    candidates = []
+    for value in vars(module).values():
+        fn = value
+        while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
+            fn = fn.fn
+        if isinstance(fn, JITFunction):
+            candidates.append(fn)
+    for fn in candidates:
+        if fn.fn.__name__ == record["kernel"]:
+            return fn
+    raise LookupError(f"kernel {record['kernel']!r} is not a module-level @triton.jit function of the candidate")
+
+
+def compile_launch(module: Any, record: dict[str, Any], want_asm: bool) -> dict[str, Any]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    fn = _find_kernel(module, record)
+    target = GPUTarget("cuda", TARGET_ARCH, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    args = {name: _stand_in(desc) for name, desc in record["args"].items()}
+    kwargs = dict(record.get("options", {}))
+    kwargs["debug"] = False
+    bound_args, specialization, _ = binder(**args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, kwargs)
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                              options=options.__dict__)
+    report = _resources(compiled.asm["cubin"], want_asm)
+    meta = compiled.metadata
+    constexpr_values = {name: desc.get("value") for name, desc in record["args"].items()
+                        if signature.get(name) == "constexpr"}
+    result = {
+        "name": record["kernel"],
+        "signature": {k: v for k, v in signature.items() if v != "constexpr"},
+        "constexprs": constexpr_values,
+        "num_warps": meta.num_warps,
+        "num_stages": meta.num_stages,
+        "num_ctas": getattr(meta, "num_ctas", 1),
+        "shared_bytes": max(int(meta.shared), report["shared_bytes"]),
+        "grid": record.get("grid"),
+        **{k: v for k, v in report.items() if k != "shared_bytes"},
+    }
+    if want_asm:
+        result["ptx"] = compiled.asm.get("ptx")
+        result["ttgir"] = compiled.asm.get("ttgir")
+    return result
+
+
+def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
+    tool = _cuobjdump()
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True)
+        sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    m = _RES_RE.search(res.stdout)
+    if not m:
+        raise RuntimeError(f"could not read resource usage from cuobjdump: {res.stdout[:500]}")
+    regs, stack, shared, local = (int(x) for x in m.groups())
+    out: dict[str, Any] = {
+        "registers": regs,
+        "stack_bytes": stack,
+        "spill_bytes": local,
+        "shared_bytes": shared,
+        "uses_wgmma": "HGMMA" in sass or "QGMMA" in sass or "IGMMA" in sass,
+        "uses_tma": any(op in sass for op in ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF")),
+        "sass_instructions": sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)),
+    }
+    if want_asm:
+        out["sass"] = sass
+    return out
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    out_path = Path(argv[1])
+    path = Path(request["candidate_path"])
+    kernels: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    try:
+        module = load_candidate(path)
+    except BaseException as exc:
+        errors.append({**describe_exception(exc, path), "error_class": "import_error"})
+        module = None
+    if module is not None:
+        for record in request["launches"]:
+            try:
+                kernels.append(compile_launch(module, record, request.get("want_asm", False)))
+            except BaseException as exc:
+                errors.append({**describe_exception(exc, path, module=module), "kernel": record["kernel"],
+                               "error_class": "compile_error"})
+    out_path.write_text(json.dumps({"ok": not errors, "kernels": kernels, "errors": errors}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

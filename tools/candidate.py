@@ -1,0 +1,97 @@
+"""Loading a candidate kernel file as a module, and pointing errors back at its lines.
+
+A candidate travels as text (MCP) or a path (CLI); either way it is written to a file named after its
+content hash so Triton (which reads source through `inspect`) and tracebacks see real line numbers.
+Standard library only: the worker imports this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+CANDIDATE_MODULE_PREFIX = "marathon_candidate_"
+
+
+def source_sha(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def write_candidate(source: str, directory: Path) -> Path:
+    """Write `source` to `directory/cand_<sha12>.py` (idempotent) and return the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"cand_{source_sha(source)[:12]}.py"
+    if not path.exists() or path.read_text(encoding="utf-8") != source:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(source, encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def load_candidate(path: Path) -> types.ModuleType:
+    """Import the candidate file as a fresh module; it must define a callable `entry`."""
+    name = CANDIDATE_MODULE_PREFIX + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton's @jit looks functions' globals up through their module
+    spec.loader.exec_module(module)
+    entry = getattr(module, "entry", None)
+    if not callable(entry):
+        raise CandidateError("the candidate defines no function `entry(*inputs)`", line=None)
+    return module
+
+
+class CandidateError(Exception):
+    """A fault in the candidate itself, with the line of its source it points at."""
+
+    def __init__(self, message: str, line: int | None = None, error_class: str = "error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.error_class = error_class
+
+
+def candidate_line(exc: BaseException, candidate_file: str | Path) -> int | None:
+    """The innermost line of the candidate's file in the exception's traceback (or SyntaxError)."""
+    target = str(candidate_file)
+    if isinstance(exc, SyntaxError) and exc.filename == target:
+        return exc.lineno
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == target:
+            line = frame.lineno
+    return line
+
+
+def jit_error_line(exc: BaseException, module: types.ModuleType | None) -> int | None:
+    """The file line of a Triton CompilationError, whose own position is relative to the kernel's `def`."""
+    node, src = getattr(exc, "node", None), getattr(exc, "src", None)
+    lineno = getattr(node, "lineno", None)
+    if module is None or lineno is None or not isinstance(src, str):
+        return None
+    for value in vars(module).values():
+        fn = value
+        while fn is not None and not hasattr(fn, "starting_line_number") and hasattr(fn, "fn"):
+            fn = fn.fn
+        if getattr(fn, "src", None) == src:
+            raw = "".join(getattr(fn, "raw_src", []))
+            decorator_lines = raw[: raw.find("def ")].count("\n") if "def " in raw else 0
+            return int(fn.starting_line_number) + decorator_lines + int(lineno) - 1
+    return None
+
+
+def describe_exception(exc: BaseException, candidate_file: str | Path, limit: int = 4000,
+                       module: types.ModuleType | None = None) -> dict[str, Any]:
+    """A structured error: class, message and the candidate's line, no traceback of our internals."""
+    message = f"{type(exc).__name__}: {exc}".strip()
+    if len(message) > limit:
+        message = message[:limit] + f"... [{len(message) - limit} more characters]"
+    line = jit_error_line(exc, module) or candidate_line(exc, candidate_file)
+    return {"type": type(exc).__name__, "message": message, "line": line}

@@ -1,0 +1,128 @@
+"""`compile`: guard, capture the launches, compile them for Hopper, report resources per kernel.
+
+Works the same with or without a GPU: the launches are captured under the Triton interpreter and
+compiled ahead of time for sm_90 (tools.capture, tools.aot), each step in its own subprocess so a
+candidate that hangs or crashes the compiler costs a structured error, never the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tools import guard
+from tools.candidate import source_sha, write_candidate
+from tools.environment import project_root, scrubbed_env
+
+TARGET = "cuda:sm_90"
+CAPTURE_TIMEOUT_S = 180.0
+AOT_TIMEOUT_S = 300.0
+
+
+def _triton_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("triton")
+    except Exception:
+        return "unknown"
+
+
+def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool) -> str:
+    text = json.dumps([TARGET, _triton_version(), problem, shape, source_sha(source), want_asm])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: float,
+              interpret: bool) -> dict[str, Any]:
+    req = workdir / f"{module.rsplit('.', 1)[-1]}_request.json"
+    res = workdir / f"{module.rsplit('.', 1)[-1]}_result.json"
+    req.write_text(json.dumps(request))
+    res.unlink(missing_ok=True)
+    env = scrubbed_env()
+    env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    step = module.rsplit(".", 1)[-1]
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, str(req), str(res)], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": {"message": f"{step} took longer than {timeout:.0f} s and was stopped",
+                                       "line": None, "error_class": "timeout"}}
+    if not res.exists():
+        tail = (proc.stderr or "")[-2000:]
+        return {"ok": False, "error": {"message": f"{step} process exited with code {proc.returncode} "
+                                                  f"without a result: {tail}", "line": None,
+                                       "error_class": "crashed"}}
+    result: dict[str, Any] = json.loads(res.read_text())
+    return result
+
+
+def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_asm: bool = False,
+                      cache_dir: Path | None = None) -> dict[str, Any]:
+    """Compile every kernel `entry()` launches at `shape`, for sm_90. Never raises for candidate faults."""
+    from kernels import get_problem
+
+    started = time.perf_counter()
+    prob = get_problem(problem)
+    prob.dims(shape)  # a wrong shape name is the caller's error: KeyError with the valid names
+    sha = source_sha(source)
+    base: dict[str, Any] = {"problem": problem, "shape": shape, "target": TARGET, "source_sha": sha,
+                            "triton": _triton_version()}
+    key = compile_cache_key(problem, shape, source, want_asm)
+    cache_file = cache_dir / "compile" / f"{key}.json" if cache_dir else None
+    if cache_file and cache_file.exists():
+        cached = json.loads(cache_file.read_text())
+        cached.update(cached=True, elapsed_s=round(time.perf_counter() - started, 3))
+        return cached
+
+    violations = guard.static_check(source)
+    if violations:
+        syntax = any(v.message.startswith("SyntaxError") for v in violations)
+        report = {**base, "ok": False, "kernels": [], "error_class": "syntax_error" if syntax else "rejected",
+                  "errors": [v.to_dict() for v in violations]}
+        return _finish(report, cache_file, started)
+
+    with tempfile.TemporaryDirectory(prefix="marathon-compile-") as tmp:
+        workdir = Path(tmp)
+        path = write_candidate(source, workdir)
+        captured = _run_step("tools.capture", {"candidate_path": str(path), "problem": problem,
+                                               "shape": shape}, workdir, CAPTURE_TIMEOUT_S, interpret=True)
+        if not captured.get("ok"):
+            err = captured["error"]
+            report = {**base, "ok": False, "kernels": [], "error_class": err.get("error_class", "error"),
+                      "errors": [{"message": err["message"], "line": err.get("line")}]}
+            return _finish(report, cache_file if err.get("error_class") != "timeout" else None, started)
+        compiled = _run_step("tools.aot", {"candidate_path": str(path), "launches": captured["launches"],
+                                           "want_asm": want_asm}, workdir, AOT_TIMEOUT_S, interpret=False)
+    if "error" in compiled:  # the step itself failed (timeout, crash)
+        err = compiled["error"]
+        report = {**base, "ok": False, "kernels": [], "error_class": err["error_class"],
+                  "errors": [{"message": err["message"], "line": err.get("line")}]}
+        return _finish(report, None, started)
+    errors = [{"message": e["message"], "line": e.get("line"), **({"kernel": e["kernel"]} if "kernel" in e
+                                                                  else {})} for e in compiled["errors"]]
+    report = {**base, "ok": bool(compiled["ok"]), "kernels": compiled["kernels"], "errors": errors,
+              "error_class": None if compiled["ok"] else "compile_error"}
+    return _finish(report, cache_file, started)
+
+
+def _finish(report: dict[str, Any], cache_file: Path | None, started: float) -> dict[str, Any]:
+    report["cached"] = False
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report))
+        tmp.replace(cache_file)
+    report["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return report

@@ -1,0 +1,159 @@
+"""GPU timing that a kernel engineer can trust (DESIGN.md §4).
+
+Every function is timed in the same loop, interleaved rep by rep (this machine's clocks drift), with
+the L2 flushed before each rep, CUDA events around each call, and statistics over many reps.
+For few-microsecond work, each function is captured once as a CUDA graph and its replays are timed,
+which removes launch gaps equally for candidate and baseline. Runs inside the worker: torch only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # > 4x the H200's 60 MB L2
+GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when an eager call takes less than this
+
+
+def summarize(samples_us: list[float]) -> dict[str, Any]:
+    """Median and spread. spread_pct is the interquartile range over the median, in percent."""
+    s = sorted(samples_us)
+    n = len(s)
+
+    def q(p: float) -> float:
+        if n == 1:
+            return s[0]
+        k = (n - 1) * p
+        lo, hi = math.floor(k), math.ceil(k)
+        return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+    median = statistics.median(s)
+    return {
+        "median_us": median,
+        "mean_us": statistics.fmean(s),
+        "min_us": s[0],
+        "p10_us": q(0.10),
+        "p90_us": q(0.90),
+        "spread_pct": 100.0 * (q(0.75) - q(0.25)) / median if median > 0 else 0.0,
+        "reps": n,
+    }
+
+
+class Timer:
+    """Times several callables against each other on the current CUDA device.
+
+    The callables run as given: a caller that wants a guard around candidate code puts it inside the
+    callable (cheap under graph replay, where it only runs at capture).
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.flush_buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def _flush(self) -> None:
+        self.flush_buf.zero_()
+
+    def pilot_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
+        """A rough eager time per call, after one warm-up call (JIT and autotune happen there)."""
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(calls):
+            self._flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+
+    def as_graph(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """Capture `fn` once as a CUDA graph (after warm-up on a side stream) and return its replay."""
+        torch = self.torch
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return graph.replay
+
+    def measure(self, fns: dict[str, Callable[[], Any]], *, graph: bool, budget_s: float = 2.0,
+                min_reps: int = 30, max_reps: int = 2000,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
+        """Interleaved timing of every function; returns per-name statistics in microseconds."""
+        torch = self.torch
+        runners: dict[str, Callable[[], Any]] = {}
+        pilot: dict[str, float] = {}
+        for name, fn in fns.items():
+            pilot[name] = self.pilot_us(fn)
+            runners[name] = self.as_graph(fn) if graph else fn
+        per_round_us = sum(pilot.values()) + 70.0 * len(fns)  # + the L2 flush
+        reps = int(max(min_reps, min(max_reps, budget_s * 1e6 / max(per_round_us, 1.0))))
+        names = list(runners)
+        events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(reps)] for n in names}
+        wall_start = time.perf_counter()
+        chunk = max(1, reps // 10)
+        for i in range(reps):
+            order = names if i % 2 == 0 else names[::-1]
+            for name in order:
+                self._flush()
+                start, end = events[name][i]
+                start.record()
+                runners[name]()
+                end.record()
+            if progress and (i + 1) % chunk == 0:
+                torch.cuda.synchronize()
+                progress(i + 1, reps)
+        torch.cuda.synchronize()
+        wall_s = time.perf_counter() - wall_start
+        out: dict[str, dict[str, Any]] = {}
+        for name in names:
+            samples = [s.elapsed_time(e) * 1e3 for s, e in events[name]]
+            out[name] = {**summarize(samples), "mode": "cuda_graph" if graph else "eager",
+                         "pilot_us": pilot[name]}
+        out["_loop"] = {"wall_s": wall_s, "reps": reps}
+        return out
+
+
+def measure_ceilings() -> dict[str, float]:
+    """This GPU's copy bandwidth (read + write) and bf16 matmul rate, measured, not from a datasheet."""
+    import torch
+
+    n = 1 << 28  # 1 GiB of float32 ... read and written
+    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+
+    def best_ms(fn: Callable[[], Any], reps: int) -> float:
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+
+    copy_ms = best_ms(lambda: dst.copy_(src), 10)
+    mm_ms = best_ms(lambda: a @ b, 10)
+    del src, dst, a, b
+    torch.cuda.empty_cache()
+    return {"dram_gbps": 2 * n * 4 / (copy_ms * 1e-3) / 1e9, "bf16_tflops": 2 * 8192**3 / (mm_ms * 1e-3) / 1e12}
