@@ -1,0 +1,253 @@
+"""The operations behind every surface (MCP tools and CLI commands), each recorded in the event log.
+
+One call = a `tool.intent` event committed before the work, the work itself (in tools/), then a
+`tool.result` event and, for compile and profile, an `attempt` event that the views (attempts, best,
+failures) are built from. The MCP server and the CLI both go through here, so the same call gives
+the same result and the same log entries whichever way it came in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernels import get_problem, list_problems, problem_names, solution_path, starter_path
+from state import EventLog, intent_key, state_dir
+from tools.compiler import compile_candidate
+from tools.pool import WorkerPool
+
+Progress = Callable[[dict[str, Any]], None]
+
+# Outcome of an attempt, from the error class a tool reported.
+_OUTCOME_BY_CLASS = {
+    None: "correct", "incorrect": "incorrect", "nan": "incorrect", "wrong_shape": "incorrect",
+    "wrong_output": "incorrect", "input_mutated": "incorrect", "rejected": "rejected",
+    "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
+    "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
+    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error",
+}
+
+
+class UnknownInput(ValueError):
+    """A request naming a problem, shape or attempt that does not exist: the caller's to fix."""
+
+
+class Service:
+    """compile / profile / baseline / log queries, logged. Thread-safe; one instance per process."""
+
+    def __init__(self, log: EventLog | None = None, pool: WorkerPool | None = None,
+                 cache_dir: Path | None = None) -> None:
+        self.log = log or EventLog()
+        self._pool = pool
+        self._pool_lock = threading.Lock()
+        self.cache_dir = cache_dir or state_dir() / "cache"
+
+    @property
+    def pool(self) -> WorkerPool:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = WorkerPool(root=self.cache_dir / "workers")
+            return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        self.log.close()
+
+    # -- validation ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def resolve(problem: str, shape: str | None) -> str:
+        if problem not in problem_names():
+            raise UnknownInput(f"unknown problem {problem!r} (known: {', '.join(problem_names())})")
+        shape = shape or "bench"
+        p = get_problem(problem)
+        if shape not in p.shapes:
+            raise UnknownInput(f"problem {problem!r} has no shape {shape!r} (valid: {', '.join(p.shapes)})")
+        return shape
+
+    # -- logging helpers ----------------------------------------------------------------------------
+
+    def _intent(self, tool: str, args: dict[str, Any], run_id: str | None, client: dict[str, Any] | None,
+                call_id: str | None) -> Any:
+        digest = intent_key(tool, args)
+        key = f"intent:{run_id or '-'}:{call_id or uuid.uuid4().hex}:{digest}"
+        logged_args = {k: v for k, v in args.items() if k != "source"}
+        if "source" in args:
+            logged_args["source_sha"] = self.log.put_source(args["source"])
+        return self.log.append("tool.intent", {"tool": tool, "args_digest": digest, "args": logged_args,
+                                               "client": (client or {}).get("name"),
+                                               "session": (client or {}).get("session")},
+                               run_id=run_id, key=key)
+
+    def _result(self, tool: str, intent: Any, ok: bool, result: Any, error: str | None,
+                run_id: str | None) -> None:
+        self.log.append("tool.result", {"tool": tool, "intent_id": intent.id, "ok": ok, "result": result,
+                                        "error": error}, run_id=run_id, key=f"result:{intent.id}")
+
+    def _attempt(self, tool: str, report: dict[str, Any], sha: str, run_id: str | None,
+                 intent_id: int) -> int:
+        cls = report.get("error_class")
+        if tool == "compile":
+            outcome = "compiled" if report.get("ok") else _OUTCOME_BY_CLASS.get(cls, "error")
+        else:
+            outcome = _OUTCOME_BY_CLASS.get(cls, "error")
+        timing = report.get("timing") or {}
+        device = report.get("device")
+        payload = {
+            "problem": report["problem"], "shape": report["shape"], "source_sha": sha, "tool": tool,
+            "outcome": outcome, "error_class": cls,
+            "error": _first_error(report), "error_line": report.get("error_line"),
+            "max_rel_err": report.get("max_rel_err"), "median_us": timing.get("median_us"),
+            "spread_pct": timing.get("spread_pct"), "timing_mode": timing.get("mode"),
+            "speedup": report.get("speedup"),
+            "baseline": (report.get("baseline") or {}).get("name"),
+            "baseline_us": (report.get("baseline") or {}).get("median_us"),
+            "device": (device or {}).get("name", "cpu") if isinstance(device, dict) else (device or "none"),
+            "intent_id": intent_id,
+        }
+        if tool == "compile":
+            payload["kernels"] = [{k: kern.get(k) for k in ("name", "registers", "spill_bytes", "shared_bytes",
+                                                             "uses_wgmma", "uses_tma", "num_warps", "num_stages")}
+                                  for kern in report.get("kernels", [])]
+        return self.log.append("attempt", payload, run_id=run_id).id
+
+    # -- operations ---------------------------------------------------------------------------------
+
+    def problems(self) -> list[dict[str, Any]]:
+        return [p.describe() for p in list_problems()]
+
+    def problem_source(self, problem: str, which: str) -> str:
+        self.resolve(problem, None)
+        if which == "starter":
+            return starter_path(problem).read_text()
+        if which == "solution":
+            path = solution_path(problem)
+            if path is None:
+                raise UnknownInput(f"problem {problem!r} has no solution.py yet")
+            return path.read_text()
+        if which == "reference":
+            folder = starter_path(problem).parent
+            parts = [(folder / name).read_text() for name in ("problem.py", "reference.py")
+                     if (folder / name).exists()]
+            return "\n\n".join(parts)
+        raise UnknownInput(f"unknown source {which!r} (starter, solution, reference)")
+
+    def compile(self, problem: str, source: str, shape: str | None = None, *, want_asm: bool = False,
+                run_id: str | None = None, client: dict[str, Any] | None = None,
+                call_id: str | None = None) -> dict[str, Any]:
+        shape = self.resolve(problem, shape)
+        args = {"problem": problem, "shape": shape, "source": source, "want_asm": want_asm}
+        intent = self._intent("compile", args, run_id, client, call_id)
+        report = compile_candidate(problem, source, shape, want_asm=want_asm, cache_dir=self.cache_dir)
+        sha = self.log.put_source(source)
+        report["attempt_id"] = self._attempt("compile", report, sha, run_id, intent.id)
+        self._result("compile", intent, bool(report["ok"]), _without_asm(report), _first_error(report), run_id)
+        return report
+
+    def profile(self, problem: str, source: str, shape: str | None = None, *, run_id: str | None = None,
+                client: dict[str, Any] | None = None, call_id: str | None = None,
+                progress: Progress | None = None, cancel: threading.Event | None = None,
+                graph: bool | None = None, baseline: str | None = None,
+                timeout: float | None = None) -> dict[str, Any]:
+        shape = self.resolve(problem, shape)
+        args = {"problem": problem, "shape": shape, "source": source, "graph": graph, "baseline": baseline}
+        intent = self._intent("profile", args, run_id, client, call_id)
+        job = {"op": "profile", "problem": problem, "shape": shape, "source": source,
+               "graph": "auto" if graph is None else graph, "baseline": baseline}
+        report = self.pool.run(job, timeout=timeout, progress=progress, cancel=cancel)
+        report.setdefault("problem", problem)
+        report.setdefault("shape", shape)
+        report.setdefault("device", self._device_info())
+        sha = self.log.put_source(source)
+        report["source_sha"] = sha
+        report["attempt_id"] = self._attempt("profile", report, sha, run_id, intent.id)
+        self._result("profile", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+        return report
+
+    def baseline(self, problem: str, shape: str | None = None, *, refresh: bool = False,
+                 run_id: str | None = None, client: dict[str, Any] | None = None,
+                 call_id: str | None = None, progress: Progress | None = None,
+                 cancel: threading.Event | None = None) -> dict[str, Any]:
+        shape = self.resolve(problem, shape)
+        intent = self._intent("baseline", {"problem": problem, "shape": shape, "refresh": refresh}, run_id,
+                              client, call_id)
+        device = self._device_info()
+        cache_fields = {"problem": problem, "shape": shape, "gpu": device.get("name"),
+                        "driver": device.get("driver"), "torch": device.get("torch"),
+                        "triton": device.get("triton")}
+        key = "baseline:" + hashlib.sha256(json.dumps(cache_fields, sort_keys=True).encode()).hexdigest()
+        cached = None if refresh else self.log.by_key(key)
+        if cached is not None:
+            report = {**cached.payload["results"], "cached": True, "cached_event_id": cached.id}
+        else:
+            report = self.pool.run({"op": "baseline", "problem": problem, "shape": shape},
+                                   progress=progress, cancel=cancel)
+            report["cached"] = False
+            timed = any((b.get("timing") or {}) for b in report.get("baselines", []))
+            if report.get("ok") and timed:
+                self.log.append("baseline", {"problem": problem, "shape": shape, **cache_fields,
+                                             "results": report}, run_id=run_id,
+                                key=key if not refresh else f"{key}:{uuid.uuid4().hex}")
+        self._result("baseline", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+        return report
+
+    def _device_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = self.pool.warm().get("device", {})
+        return info
+
+    # -- the log ------------------------------------------------------------------------------------
+
+    def attempts(self, problem: str | None = None, shape: str | None = None, outcome: str | None = None,
+                 run_id: str | None = None, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:
+        return self.log.attempts(problem=problem, shape=shape, outcome=outcome, run_id=run_id, limit=limit,
+                                 offset=offset)
+
+    def attempt(self, attempt_id: int) -> dict[str, Any]:
+        """One attempt whole: its payload, source, and the full tool result."""
+        ev = self.log.get(attempt_id)
+        if ev is None or ev.kind != "attempt":
+            raise UnknownInput(f"no attempt with id {attempt_id}")
+        out = {**ev.payload, "id": ev.id, "ts": ev.ts, "run_id": ev.run_id,
+               "source": self.log.source(ev.payload.get("source_sha", ""))}
+        results = [e for e in self.log.events(kinds=["tool.result"], after_id=ev.payload.get("intent_id", 0))
+                   if e.payload.get("intent_id") == ev.payload.get("intent_id")][:1]
+        out["result"] = results[0].payload.get("result") if results else None
+        return out
+
+    def best(self, problem: str, shape: str | None = None) -> dict[str, Any] | None:
+        shape = self.resolve(problem, shape)
+        return self.log.best(problem, shape)
+
+    def note(self, text: str, problem: str | None = None, shape: str | None = None,
+             tags: list[str] | None = None, run_id: str | None = None) -> dict[str, Any]:
+        if problem is not None:
+            self.resolve(problem, shape)
+        ev = self.log.append("note", {"problem": problem, "shape": shape, "text": text, "tags": tags or []},
+                             run_id=run_id)
+        return {"id": ev.id, "ts": ev.ts}
+
+    def notes(self, problem: str | None = None, run_id: str | None = None, limit: int = 20) -> list[dict]:
+        return self.log.notes(problem=problem, run_id=run_id, limit=limit)
+
+
+def _first_error(report: dict[str, Any]) -> str | None:
+    if report.get("error"):
+        return str(report["error"])
+    errors = report.get("errors") or []
+    if errors:
+        e = errors[0]
+        return f"{e.get('message')}" + (f" (line {e['line']})" if e.get("line") else "")
+    return None
+
+
+def _without_asm(report: dict[str, Any]) -> dict[str, Any]:
+    out = dict(report)
+    out["kernels"] = [{k: v for k, v in kern.items() if k not in ("ptx", "sass", "ttgir")}
+                      for kern in report.get("kernels", [])]
+    return out
