@@ -1,0 +1,101 @@
+"""Row softmax: the warm-up problem, small enough to learn the tools on.
+
+softmax(x) over the last dimension of a 2-D float32 tensor. Memory-bound: one read of x and one
+write of the output is the floor, so the roofline is bandwidth.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance
+
+# Every row is shifted by an offset; the offsets are spread evenly over [-ROW_OFFSET, ROW_OFFSET]
+# and shuffled. Softmax does not change, but exp() of an unshifted row overflows float32 (above
+# 88.7) or underflows to 0 (below -103.9) on the outer rows, so a kernel that skips the max
+# subtraction fails the check at every shape with two rows or more instead of passing by luck.
+ROW_OFFSET = 120.0
+# Spread of the values inside a row: wide enough that softmax is far from flat (max weight over
+# 8192 columns is a few percent), narrow enough that it is not one-hot.
+ROW_STD = 2.0
+# max, subtract, exp, sum and divide: five operations an element (exp counted as one).
+FLOPS_PER_ELEMENT = 5
+
+DESCRIPTION = f"""\
+# softmax (warm-up)
+
+`entry(x) -> out`: `out[i, :] = softmax(x[i, :])`, the softmax over the last dimension.
+
+- `x`: `(rows, cols)`, row-major and contiguous; float32 on the GPU and on the CPU (interpreter).
+- `out`: same shape and dtype as `x`, a fresh tensor (`x` must not be modified).
+
+Inputs are `{ROW_STD:g} * randn` plus a per-row offset spread over `[-{ROW_OFFSET:g}, {ROW_OFFSET:g}]`: a
+kernel must subtract the row maximum (or keep a running one) before `exp`, or it over/underflows.
+
+Shapes: `bench` (4096 x 8192, 128 MiB each way: a bandwidth problem, about 63 us at 4.24 TB/s),
+`small` (67 x 129) and `odd` (3 x 1000): neither is a power of two, so the tails must be masked.
+
+Reference: float64 softmax, returned as float32. Tolerance: relative Frobenius error 2e-5 and
+|out - ref| <= 1e-7 + 1e-4 |ref| elementwise: float32 arithmetic with a hardware approximate exp
+passes with a wide margin, anything in half precision does not.
+
+Baseline: `torch` (`torch.softmax`, eager).
+"""
+
+
+def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = None) -> Inputs:
+    """`ROW_STD * randn + offset[row]`, drawn on `device` from a generator seeded with `seed`.
+
+    A CUDA generator and a CPU one give different numbers for one seed; each is deterministic.
+    """
+    dtype = dtype or torch.float32
+    rows, cols = int(dims["rows"]), int(dims["cols"])
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen, device=device, dtype=torch.float32) * ROW_STD
+    spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=device, dtype=torch.float32)
+    offset = spread[torch.randperm(rows, generator=gen, device=device)]
+    return ((x + offset[:, None]).to(dtype),)
+
+
+def reference(x: torch.Tensor) -> Outputs:
+    """Softmax in float64 with the max subtracted, returned as float32."""
+    x64 = x.to(torch.float64)
+    e = torch.exp(x64 - x64.amax(dim=-1, keepdim=True))
+    return ((e / e.sum(dim=-1, keepdim=True)).to(torch.float32),)
+
+
+def flops(dims: Dims) -> float:
+    return float(FLOPS_PER_ELEMENT * dims["rows"] * dims["cols"])
+
+
+def bytes_moved(dims: Dims) -> float:
+    """Read x once, write out once, float32."""
+    return float(2 * 4 * dims["rows"] * dims["cols"])
+
+
+def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+PROBLEM = Problem(
+    name="softmax",
+    summary="Row softmax of a (rows, cols) float32 tensor: the warm-up, bandwidth-bound.",
+    description=DESCRIPTION,
+    shapes={
+        "bench": {"rows": 4096, "cols": 8192},
+        "small": {"rows": 67, "cols": 129},
+        "odd": {"rows": 3, "cols": 1000},
+    },
+    make_inputs=make_inputs,
+    reference=reference,
+    tolerance=Tolerance(rel_err=2e-5, atol=1e-7, rtol=1e-4),
+    flops=flops,
+    bytes=bytes_moved,
+    output_names=("out",),
+    gpu_dtype=torch.float32,
+    cpu_dtype=torch.float32,
+    baselines=(
+        Baseline(name="torch", fn=_torch_softmax, description="torch.softmax(x, dim=-1), eager"),
+    ),
+    check_shapes=("small", "odd"),
+)
