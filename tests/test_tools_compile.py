@@ -1,0 +1,116 @@
+"""`compile` on a machine with no GPU: real capture under the interpreter, real sm_90 compilation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernels import problem_names, starter_path
+from tools import guard
+from tools.compiler import compile_candidate
+
+SOFTMAX = starter_path("softmax").read_text()
+
+
+@pytest.mark.parametrize("problem", problem_names())
+def test_every_starter_compiles_for_hopper_at_bench(problem: str, tmp_path: Path) -> None:
+    r = compile_candidate(problem, starter_path(problem).read_text(), "bench", cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    assert r["target"] == "cuda:sm_90" and r["errors"] == []
+    for k in r["kernels"]:
+        assert k["registers"] > 0 and k["registers"] <= 255
+        assert k["spill_bytes"] >= 0 and k["shared_bytes"] >= 0
+        assert isinstance(k["uses_wgmma"], bool) and k["num_warps"] >= 1
+        assert k["sass_instructions"] > 10
+
+
+def test_compile_is_cached_by_source(tmp_path: Path) -> None:
+    first = compile_candidate("softmax", SOFTMAX, "bench", cache_dir=tmp_path)
+    second = compile_candidate("softmax", SOFTMAX, "bench", cache_dir=tmp_path)
+    assert not first["cached"] and second["cached"]
+    assert first["kernels"] == second["kernels"]
+    other = compile_candidate("softmax", SOFTMAX.replace("NUM_WARPS = 8", "NUM_WARPS = 4"), "bench",
+                              cache_dir=tmp_path)
+    assert not other["cached"] and other["kernels"][0]["num_warps"] == 4
+
+
+def test_constexprs_and_specialisation_follow_the_shape(tmp_path: Path) -> None:
+    bench = compile_candidate("softmax", SOFTMAX, "bench", cache_dir=tmp_path)["kernels"][0]
+    small = compile_candidate("softmax", SOFTMAX, "small", cache_dir=tmp_path)["kernels"][0]
+    assert bench["constexprs"]["BLOCK"] == 8192 and small["constexprs"]["BLOCK"] == 256
+    assert bench["grid"] == [4096]
+
+
+def test_asm_on_request(tmp_path: Path) -> None:
+    r = compile_candidate("softmax", SOFTMAX, "small", want_asm=True, cache_dir=tmp_path)
+    k = r["kernels"][0]
+    assert ".target sm_90" in k["ptx"] and "EXIT" in k["sass"]
+
+
+def test_compile_error_points_at_the_kernel_line(tmp_path: Path) -> None:
+    src = SOFTMAX.replace("    e = tl.exp(x)\n", "    e = tl.exp(undefined_name)\n")
+    r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)
+    assert not r["ok"] and r["error_class"] in {"compile_error", "capture_error"}
+    line = next(i for i, t in enumerate(src.splitlines(), 1) if "undefined_name" in t)
+    assert any(e["line"] == line for e in r["errors"]), r["errors"]
+    assert all("site-packages" not in e["message"] for e in r["errors"])
+
+
+def test_type_error_in_tl_dot_is_reported(tmp_path: Path) -> None:
+    src = SOFTMAX.replace("    e = tl.exp(x)\n", "    e = tl.exp(x)\n    bad = tl.dot(x, x)\n")
+    r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)
+    assert not r["ok"] and r["error_class"] == "compile_error"
+    line = next(i for i, t in enumerate(src.splitlines(), 1) if "tl.dot(x, x)" in t)
+    assert r["errors"][0]["line"] == line and "rank" in r["errors"][0]["message"]
+
+
+def test_rejected_before_compiling(tmp_path: Path) -> None:
+    r = compile_candidate("softmax", "import flashinfer\n" + SOFTMAX, "small", cache_dir=tmp_path)
+    assert r["error_class"] == "rejected" and r["errors"][0]["line"] == 1
+
+
+def test_syntax_error(tmp_path: Path) -> None:
+    r = compile_candidate("softmax", SOFTMAX + "\ndef broken(:\n", "small", cache_dir=tmp_path)
+    assert r["error_class"] == "syntax_error" and r["errors"][0]["line"] is not None
+
+
+def test_no_kernel_launched(tmp_path: Path) -> None:
+    src = "import torch\n\n\ndef entry(x):\n    return torch.empty_like(x)\n"
+    r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)
+    assert r["error_class"] == "no_kernel" and not r["ok"]
+
+
+def test_unknown_shape_is_the_callers_error(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="valid"):
+        compile_candidate("softmax", SOFTMAX, "huge", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("source, needle", [
+    ("import torch\nfrom fla.ops.kda import chunk_kda\ndef entry(x): pass\n", "fla.ops.kda"),
+    ("import torch\ndef entry(x):\n    return torch.softmax(x, -1)\n", "torch.softmax"),
+    ("import torch\nimport torch.nn.functional as F\ndef entry(x):\n    return F.softmax(x, -1)\n", "F.softmax"),
+    ("import torch\ndef entry(a, b):\n    return a @ b\n", "'@'"),
+    ("import torch\ndef entry(x):\n    return x.exp()\n", ".exp()"),
+    ("import torch\ndef entry(x):\n    exec('y = 1')\n", "exec"),
+    ("import importlib\ndef entry(x):\n    importlib.import_module('fla')\n", "importlib"),
+    ("import torch\ndef entry(x):\n    return torch._C._nn.linear(x, x)\n", "torch._C"),
+    ("import subprocess\ndef entry(x): pass\n", "subprocess"),
+    ("import torch\ndef helper(x): pass\n", "entry"),
+])
+def test_static_guard_refusals(source: str, needle: str) -> None:
+    violations = guard.static_check(source)
+    assert violations, source
+    assert any(needle in v.message for v in violations), [v.message for v in violations]
+
+
+def test_static_guard_allows_allocation_views_and_triton() -> None:
+    src = (
+        "import torch\nimport triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n    y = tl.exp(tl.load(x + tl.arange(0, BLOCK)))\n"
+        "    z = tl.dot(y, y)\n\n"
+        "def entry(x):\n    out = torch.empty_like(x)\n    buf = torch.zeros(4, device=x.device)\n"
+        "    v = x.view(-1).reshape(x.shape).contiguous()\n    n = triton.cdiv(x.numel(), 128)\n"
+        "    k[(n,)](x, BLOCK=128)\n    return out\n"
+    )
+    assert guard.static_check(src) == []

@@ -1,0 +1,194 @@
+"""Every fault a candidate can cause becomes a structured error, and the next job runs normally.
+
+These run the real worker pool: a warm subprocess per test module, the Triton interpreter on CPU
+(a real GPU where one is present). Each faulty candidate is the softmax starter with one change.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import starter_path
+from tools.pool import WorkerPool
+
+STARTER = starter_path("softmax").read_text()
+RETURN = "    return out\n"
+
+
+def variant(old: str, new: str, source: str = STARTER) -> str:
+    assert old in source, f"the starter changed: {old!r} not found"
+    return source.replace(old, new, 1)
+
+
+def line_of(source: str, needle: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if needle in line)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory):
+    with WorkerPool(root=tmp_path_factory.mktemp("workers")) as p:
+        p.warm()
+        yield p
+
+
+def profile(pool: WorkerPool, source: str, timeout: float = 120.0, shape: str = "small") -> dict:
+    return pool.run({"op": "profile", "problem": "softmax", "shape": shape, "source": source,
+                     "timing": False}, timeout=timeout)
+
+
+def assert_healthy(pool: WorkerPool) -> None:
+    """The job after a fault runs normally on a fresh or surviving worker."""
+    r = profile(pool, STARTER)
+    assert r["correct"] is True, r
+
+
+def test_starter_is_correct(pool: WorkerPool) -> None:
+    r = profile(pool, STARTER)
+    assert r["ok"] and r["correct"], r
+    assert r["max_rel_err"] < 1e-5
+    assert {t["shape"] for t in r["trials"]} >= {"small", "odd"}
+    seeds = [t["seed"] for t in r["trials"]]
+    assert len(set(seeds)) == len(seeds), "every trial draws a new seed"
+
+
+def test_hang_times_out_and_worker_is_replaced(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    while True:\n        pass\n" + RETURN)
+    restarts = pool.restarts
+    r = profile(pool, src, timeout=8.0)
+    assert r["error_class"] == "timeout" and r["correct"] is False
+    assert r["worker_replaced"] and pool.restarts > restarts
+    assert_healthy(pool)
+
+
+def test_segfault_is_reported_as_crash(pool: WorkerPool) -> None:
+    src = variant("import torch\n", "import os\n\nimport torch\n")
+    src = variant(RETURN, "    os.kill(os.getpid(), 11)\n" + RETURN, src)
+    r = profile(pool, src)
+    assert r["error_class"] == "crashed"
+    assert "SIGSEGV" in r["error"]
+    assert_healthy(pool)
+
+
+def test_exception_points_at_candidate_line(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    raise ValueError('boom in the candidate')\n" + RETURN)
+    r = profile(pool, src)
+    assert r["error_class"] == "runtime_error"
+    assert "boom in the candidate" in r["error"]
+    assert r["error_line"] == line_of(src, "boom in the candidate")
+    assert "Traceback" not in r["error"]
+    assert_healthy(pool)
+
+
+def test_output_flood_is_contained(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    for _ in range(80):\n        print('x' * (1 << 20))\n" + RETURN)
+    r = profile(pool, src)
+    assert r["correct"] is False and r["error_class"] == "runtime_error"
+    assert "File too large" in r["error"] or "Errno 27" in r["error"]
+    assert_healthy(pool)
+
+
+def test_small_output_is_captured_not_mixed_into_protocol(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    print('hello from the candidate')\n" + RETURN)
+    r = profile(pool, src)
+    assert r["correct"] is True
+    assert "hello from the candidate" in r["output_tail"]
+
+
+def test_syntax_error_has_line(pool: WorkerPool) -> None:
+    src = variant("    rows, cols = x.shape\n", "    rows, cols = x.shape +\n")
+    r = profile(pool, src)
+    assert r["error_class"] == "syntax_error"
+    assert r["error_line"] == line_of(src, "rows, cols = x.shape +")
+
+
+def test_wrong_shape(pool: WorkerPool) -> None:
+    r = profile(pool, variant(RETURN, "    return out[:, :-1]\n"))
+    assert r["error_class"] == "wrong_shape" and "shape" in r["error"]
+
+
+def test_nan_never_passes(pool: WorkerPool) -> None:
+    src = variant("    y = e / tl.sum(e, axis=0)\n", "    y = e / tl.sum(e, axis=0) + float('nan')\n")
+    r = profile(pool, src)
+    assert r["error_class"] == "nan" and r["correct"] is False
+
+
+def test_wrong_result_is_incorrect(pool: WorkerPool) -> None:
+    src = variant("    y = e / tl.sum(e, axis=0)\n", "    y = e / (tl.sum(e, axis=0) * 1.01)\n")
+    r = profile(pool, src)
+    assert r["error_class"] == "incorrect" and r["max_rel_err"] > 1e-3
+
+
+def test_input_mutation_is_caught(pool: WorkerPool) -> None:
+    src = variant("    tl.store(out_ptr", "    tl.store(x_ptr + row * x_row_stride + offs, y, mask=mask)\n"
+                                        "    tl.store(out_ptr")
+    r = profile(pool, src)
+    assert r["error_class"] == "input_mutated"
+
+
+def test_results_cached_across_inputs_are_caught(pool: WorkerPool) -> None:
+    src = variant("def entry(x: torch.Tensor) -> torch.Tensor:\n",
+                  "_CACHE = {}\n\n\ndef entry(x: torch.Tensor) -> torch.Tensor:\n"
+                  "    if x.shape in _CACHE:\n        return _CACHE[x.shape]\n")
+    src = variant(RETURN, "    _CACHE[x.shape] = out\n" + RETURN, src)
+    r = profile(pool, src)
+    assert r["correct"] is False and r["error_class"] == "incorrect"
+    assert len(r["trials"]) >= 2, "the first trial passes; a later one with fresh inputs must fail"
+
+
+def test_unwritten_rows_fail(pool: WorkerPool) -> None:
+    src = variant("[(rows,)]", "[(rows - 1,)]")
+    r = profile(pool, src)
+    assert r["correct"] is False and r["error_class"] in {"incorrect", "nan"}
+
+
+def test_torch_compute_reached_dynamically_is_refused(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    return getattr(torch, 'soft' + 'max')(x, -1)\n")
+    r = profile(pool, src)
+    assert r["error_class"] == "rejected"
+    assert "aten::" in r["error"] and "Triton" in r["error"]
+
+
+def test_kernel_library_imported_dynamically_is_refused(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    globals()['__builtins__']['__imp' + 'ort__']('fl' + 'a')\n" + RETURN)
+    r = profile(pool, src)
+    assert r["error_class"] == "rejected" and "refused" in r["error"]
+
+
+def test_static_refusal_of_kernel_library(pool: WorkerPool) -> None:
+    src = variant("import torch\n", "import torch\nfrom flash_attn import flash_attn_func\n")
+    r = profile(pool, src)
+    assert r["error_class"] == "rejected"
+    assert r["error_line"] == line_of(src, "flash_attn")
+
+
+def test_side_streams_are_refused(pool: WorkerPool) -> None:
+    src = variant(RETURN, "    s = torch.cuda.Stream()\n" + RETURN)
+    r = profile(pool, src)
+    assert r["error_class"] == "rejected" and "stream" in r["error"].lower()
+
+
+@pytest.mark.gpu
+def test_illegal_memory_access_replaces_worker(pool: WorkerPool) -> None:
+    src = variant("    tl.store(out_ptr + row * out_row_stride + offs",
+                  "    tl.store(out_ptr + (1 << 40) + row * out_row_stride + offs")
+    r = profile(pool, src)
+    assert r["error_class"] == "cuda_error" and r.get("worker_replaced")
+    assert_healthy(pool)
+
+
+@pytest.mark.gpu
+def test_gpu_profile_times_the_starter(pool: WorkerPool) -> None:
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "bench", "source": STARTER})
+    assert r["correct"] and r["timing"]["median_us"] > 0
+    assert r["speedup"] is not None and r["baseline"]["name"] == "torch"
+    assert r["telemetry"]["after"] is not None
+
+
+def test_cpu_profile_says_no_timing(pool: WorkerPool) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: timing is taken")
+    r = profile(pool, STARTER, shape="bench")
+    assert r["timing"] is None and r["speedup"] is None
+    assert "no timing was taken" in r["timing_note"]
+    assert "bench" not in r["shapes_checked"]
