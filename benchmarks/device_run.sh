@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run GPU checks on a device machine, from the project root, after the wheel preamble.
+# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead kda)
+# Results go under $RES (default /tmp/res); the caller tars them into $OUT.
+set -uo pipefail
+RES=${RES:-/tmp/res}
+mkdir -p "$RES"
+export MARATHON_HOME=${MARATHON_HOME:-/tmp/marathon-home}
+M="python3 -m client.cli"
+for step in "$@"; do
+  echo "=== $step $(date -u +%H:%M:%S)"
+  case $step in
+    info)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+      python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+      command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null ;;
+    gputests)
+      python3 -m pytest -q -m gpu tests/ -x 2>&1 | tail -25 ;;
+    starters)
+      for ps in softmax:bench mla_decode:bench mla_decode:bench_b64 ${KDA_SHAPES:-}; do
+        p=${ps%%:*}; s=${ps##*:}
+        $M profile kernels/$p/starter.py --problem $p --shape $s --json > "$RES/profile_${p}_${s}.json"
+        python3 -c "import json,sys; r=json.load(open('$RES/profile_${p}_${s}.json')); t=r.get('timing') or {}; b=r.get('baseline') or {}; print('$p/$s', r.get('correct'), r.get('error_class'), (r.get('error') or '')[:300], 'max_rel_err', r.get('max_rel_err'), 'median_us', t.get('median_us'), 'iqr%', t.get('spread_pct'), t.get('mode'), 'baseline', b.get('name'), b.get('median_us'), 'speedup', r.get('speedup'))"
+      done ;;
+    baselines)
+      for ps in softmax:bench mla_decode:bench mla_decode:bench_b64 ${KDA_SHAPES:-}; do
+        p=${ps%%:*}; s=${ps##*:}
+        $M baseline --problem $p --shape $s --refresh > "$RES/baseline_${p}_${s}.txt" 2>&1
+        cat "$RES/baseline_${p}_${s}.txt" | grep -v '^  \.\.\.'
+      done ;;
+    overhead)
+      python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 5 --graph off --ncu \
+        --json-out "$RES/overhead_softmax.json" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+$M log --limit 200 --json > "$RES/log.json" 2>/dev/null

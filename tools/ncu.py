@@ -1,0 +1,109 @@
+"""Nsight Compute's view of a candidate's kernels, where `ncu` exists: an independent check of the timer.
+
+`ncu_metrics()` runs the candidate in a fresh process under `ncu --clock-control none` (the clocks are
+left as the machine has them, as the event timer sees them) and returns, per kernel, the median of
+`gpu__time_duration.sum` and a few throughput metrics over the profiled calls. The same file run
+as `python -m tools.ncu TARGET.json` is that process.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tools.environment import project_root, scrubbed_env
+
+METRICS = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+           "sm__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread")
+WARMUP_CALLS = 2
+PROFILED_CALLS = 5
+
+
+def find_ncu() -> str | None:
+    for candidate in ("ncu", "/usr/local/cuda/bin/ncu"):
+        path = shutil.which(candidate)
+        if path:
+            return path
+    hits = sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")) if Path("/opt/nvidia").exists() else []
+    return str(hits[-1]) if hits else None
+
+
+def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float = 300.0) -> dict[str, Any]:
+    ncu = find_ncu()
+    if ncu is None:
+        return {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
+    with tempfile.TemporaryDirectory(prefix="marathon-ncu-") as tmp:
+        cand = Path(tmp) / "candidate.py"
+        cand.write_text(source)
+        target = Path(tmp) / "target.json"
+        target.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand)}))
+        env = scrubbed_env({"PYTHONPATH": str(project_root())})
+        cmd = [ncu, "--clock-control", "none", "--csv", "--metrics", ",".join(METRICS),
+               "--nvtx", "--nvtx-include", "profiled/",
+               sys.executable, "-m", "tools.ncu", str(target)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"ncu took longer than {timeout:.0f} s"}
+    rows = _parse_csv(proc.stdout)
+    if proc.returncode != 0 or not rows:
+        return {"ok": False, "error": f"ncu exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"}
+    kernels: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        name = row.get("Kernel Name", "?")
+        metric, value, unit = row.get("Metric Name"), row.get("Metric Value", ""), row.get("Metric Unit", "")
+        if not metric:
+            continue
+        try:
+            number = float(value.replace(",", ""))
+        except ValueError:
+            continue
+        if metric == "gpu__time_duration.sum":
+            number *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit, 1.0)
+            metric = "gpu_time_us"
+        kernels.setdefault(name, {}).setdefault(metric, []).append(number)
+    per_kernel = {name: {m: statistics.median(v) for m, v in metrics.items()} | {"launches": len(
+        metrics.get("gpu_time_us", []))} for name, metrics in kernels.items()}
+    total = sum(k.get("gpu_time_us", 0.0) * k["launches"] for k in per_kernel.values()) / PROFILED_CALLS
+    return {"ok": True, "kernels": per_kernel, "gpu_time_us_per_call": total, "calls": PROFILED_CALLS}
+
+
+def _parse_csv(text: str) -> list[dict[str, str]]:
+    start = text.find('"ID"')
+    if start < 0:
+        return []
+    return list(csv.DictReader(io.StringIO(text[start:])))
+
+
+def _target(path: str) -> int:
+    """Inside ncu: warm up (JIT) outside the profiled NVTX range, then call entry() PROFILED_CALLS times."""
+    import torch
+
+    from kernels import get_problem
+    from tools.candidate import load_candidate
+
+    spec = json.loads(Path(path).read_text())
+    problem = get_problem(spec["problem"])
+    module = load_candidate(Path(spec["candidate"]))
+    inputs = problem.inputs(spec["shape"], 1234, "cuda")
+    for _ in range(WARMUP_CALLS):
+        module.entry(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("profiled")
+    for _ in range(PROFILED_CALLS):
+        module.entry(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_target(sys.argv[1]))
