@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels import starter_path  # noqa: E402
-from server.service import Service  # noqa: E402
+from kernels import starter_path
+from server.service import Service
 
 
 def main() -> int:

@@ -58,7 +58,7 @@ def run_baselines(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         for mode, graph in (("eager", False), ("cuda_graph", True)):
             worker.progress(f"baseline {b.name}: timing ({mode})", i, len(chosen))
             try:
-                stats = timer.measure({b.name: (lambda: fn(*inputs))}, graph=graph,
+                stats = timer.measure({b.name: (lambda fn=fn: fn(*inputs))}, graph=graph,
                                       budget_s=float(job.get("budget_s", 1.5)))[b.name]
                 median_s = stats["median_us"] * 1e-6
                 stats["gbps"] = nbytes / median_s / 1e9
