@@ -30,7 +30,11 @@ for step in "$@"; do
       done ;;
     overhead)
       python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 5 --graph off --ncu \
-        --json-out "$RES/overhead_softmax.json" ;;
+        --json-out "$RES/overhead_softmax.json"
+      python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 3 --graph on \
+        --json-out "$RES/overhead_softmax_graph.json"
+      MARATHON_L2_FLUSH=write python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 3 \
+        --graph off --json-out "$RES/overhead_softmax_writeflush.json" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -67,7 +67,11 @@ def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float 
         except ValueError:
             continue
         if metric == "gpu__time_duration.sum":
-            number *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit, 1.0)
+            scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+                     "s": 1e6, "second": 1e6}
+            if unit not in scale:
+                raise ValueError(f"unexpected unit {unit!r} for gpu__time_duration")
+            number *= scale[unit]
             metric = "gpu_time_us"
         kernels.setdefault(name, {}).setdefault(metric, []).append(number)
     per_kernel = {name: {m: statistics.median(v) for m, v in metrics.items()} | {"launches": len(
