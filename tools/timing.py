@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # > 4x the H200's 60 MB L2
-GRAPH_BELOW_US = 200.0
+GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when an eager call takes less than this
 # For measuring the flush itself: MARATHON_L2_FLUSH=write flushes by writing (the old way).
-FLUSH_BY_WRITE = os.environ.get("MARATHON_L2_FLUSH", "read") == "write"  # auto mode: graph-replay when an eager call takes less than this
+FLUSH_BY_WRITE = os.environ.get("MARATHON_L2_FLUSH", "read") == "write"
 
 
 def summarize(samples_us: list[float]) -> dict[str, Any]:
