@@ -99,7 +99,11 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     try:
         result.update(_time(worker, problem, shape, entry, job))
     except BaseException as exc:
-        return {**base, **_runtime_failure(worker, exc, path), "trials": check["trials"]}
+        failure = _runtime_failure(worker, exc, path)
+        if failure["error_class"] == "runtime_error" and failure["error_line"] is None:
+            # No frame of the candidate's in the traceback: the fault is ours, not the candidate's.
+            failure["error_class"] = "internal_error"
+        return {**base, **failure, "trials": check["trials"]}
     return result
 
 

@@ -52,12 +52,12 @@ class Timer:
     callable (cheap under graph replay, where it only runs at capture).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cuda", flush_bytes: int = L2_FLUSH_BYTES) -> None:
         import torch
 
         self.torch = torch
-        self.flush_buf = torch.ones(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self.flush_sink = torch.empty((), dtype=torch.int64, device="cuda")
+        self.flush_buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
+        self.flush_sink = torch.empty((), dtype=torch.int64, device=device)
 
     def _flush(self) -> None:
         # Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back can land
@@ -65,7 +65,7 @@ class Timer:
         if FLUSH_BY_WRITE:
             self.flush_buf.zero_()
         else:
-            self.torch.sum(self.flush_buf, out=self.flush_sink)
+            self.torch.sum(self.flush_buf, dim=0, out=self.flush_sink)
 
     def pilot_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
         """A rough eager time per call, after one warm-up call (JIT and autotune happen there)."""
