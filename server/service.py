@@ -197,6 +197,23 @@ class Service:
         self._result("baseline", intent, bool(report.get("ok")), report, report.get("error"), run_id)
         return report
 
+    def record(self, tool: str, args: dict[str, Any], fn: Callable[[], Any], *, run_id: str | None = None,
+               client: dict[str, Any] | None = None, call_id: str | None = None,
+               summary: Callable[[Any], Any] | None = None) -> Any:
+        """Run a quick operation (a log query, a note) logged like the others: intent, then result.
+
+        `summary(out)` is what the result event stores (default: `out` itself), so a page of
+        attempts read back is recorded as the ids it returned, not copied into the log again.
+        """
+        intent = self._intent(tool, args, run_id, client, call_id)
+        try:
+            out = fn()
+        except Exception as exc:
+            self._result(tool, intent, False, None, str(exc), run_id)
+            raise
+        self._result(tool, intent, True, summary(out) if summary else out, None, run_id)
+        return out
+
     def _device_info(self) -> dict[str, Any]:
         info: dict[str, Any] = self.pool.warm().get("device", {})
         return info
