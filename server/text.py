@@ -1,0 +1,155 @@
+"""Short human-readable summaries that accompany every structured tool result.
+
+Some clients show the model only the text content, so each summary carries the numbers an agent
+acts on (verdict, error and line, time, speedup, registers) and says where the rest is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+def _num(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, fmt)
+
+
+def compile_text(r: dict[str, Any]) -> str:
+    head = (f"compile {r.get('problem')}/{r.get('shape')} for {r.get('target', '?')}: "
+            + ("ok" if r.get("ok") else f"FAILED [{r.get('error_class')}]")
+            + (" (cached)" if r.get("cached") else ""))
+    lines = [head]
+    for k in r.get("kernels") or []:
+        lines.append(f"  {k.get('name')}: {k.get('registers')} regs, {k.get('spill_bytes')} B spilled, "
+                     f"{k.get('shared_bytes')} B shared, warps={k.get('num_warps')} "
+                     f"stages={k.get('num_stages')}, wgmma={'yes' if k.get('uses_wgmma') else 'no'}, "
+                     f"tma={'yes' if k.get('uses_tma') else 'no'}")
+    for e in r.get("errors") or []:
+        where = f"line {e['line']}: " if e.get("line") else ""
+        lines.append(f"  error: {where}{e.get('message')}")
+    if r.get("attempt_id") is not None:
+        lines.append(f"  logged as attempt {r['attempt_id']}")
+    return "\n".join(lines)
+
+
+def profile_text(r: dict[str, Any]) -> str:
+    dev = r.get("device") or {}
+    verdict = "correct" if r.get("correct") else f"NOT OK [{r.get('error_class')}]"
+    lines = [f"profile {r.get('problem')}/{r.get('shape')} on {dev.get('name', '?')}: {verdict}"]
+    if r.get("error"):
+        where = f" (line {r['error_line']})" if r.get("error_line") else ""
+        lines.append(f"  error{where}: {r['error']}")
+    if r.get("max_rel_err") is not None:
+        shapes = ", ".join(r.get("shapes_checked") or [])
+        lines.append(f"  max relative error {_num(r['max_rel_err'], '.2e')} over {len(r.get('trials') or [])} "
+                     f"trials{' at ' + shapes if shapes else ''}")
+    t = r.get("timing")
+    if t:
+        lines.append(f"  time {_num(t.get('median_us'), '.2f')} us median ({t.get('mode')}, {t.get('reps')} reps, "
+                     f"IQR {_num(t.get('spread_pct'), '.1f')}%)")
+        b = r.get("baseline") or {}
+        if b.get("median_us"):
+            lines.append(f"  baseline {b.get('name')}: {_num(b['median_us'], '.2f')} us -> speedup "
+                         f"{_num(r.get('speedup'), '.2f')}x")
+        elif b.get("error"):
+            lines.append(f"  baseline: {b['error']}")
+        a = r.get("achieved") or {}
+        if a.get("gbps") is not None:
+            lines.append(f"  {_num(a['gbps'], '.0f')} GB/s, {_num(a.get('tflops'), '.2f')} TFLOP/s")
+    elif r.get("timing_note"):
+        lines.append(f"  {r['timing_note']}")
+    if r.get("output_tail"):
+        lines.append(f"  candidate output (tail): {r['output_tail'][-300:]!r}")
+    if r.get("attempt_id") is not None:
+        lines.append(f"  logged as attempt {r['attempt_id']}")
+    return "\n".join(lines)
+
+
+def baseline_text(r: dict[str, Any]) -> str:
+    dev = r.get("device") or {}
+    lines = [f"baselines {r.get('problem')}/{r.get('shape')} on {dev.get('name', '?')}"
+             + (" (from the log)" if r.get("cached") else "")]
+    if r.get("error"):
+        lines.append(f"  error: {r['error']}")
+    if r.get("timing_note"):
+        lines.append(f"  {r['timing_note']}")
+    for b in r.get("baselines") or []:
+        if not b.get("available"):
+            lines.append(f"  {b.get('name')}: unavailable ({b.get('reason')})")
+            continue
+        for mode, t in (b.get("timing") or {}).items():
+            if "error" in t:
+                lines.append(f"  {b.get('name')} [{mode}]: failed: {str(t['error'])[:200]}")
+            else:
+                lines.append(f"  {b.get('name')} [{mode}]: {_num(t.get('median_us'), '.2f')} us "
+                             f"(IQR {_num(t.get('spread_pct'), '.1f')}%)")
+    return "\n".join(lines)
+
+
+def attempt_line(a: dict[str, Any]) -> str:
+    bits = [f"#{a.get('id')}", f"{a.get('problem')}/{a.get('shape')}", a.get("tool") or "?", a.get("outcome") or "?"]
+    if a.get("median_us") is not None:
+        bits.append(f"{_num(a['median_us'], '.2f')} us")
+    if a.get("speedup") is not None:
+        bits.append(f"{_num(a['speedup'], '.2f')}x")
+    if a.get("max_rel_err") is not None:
+        bits.append(f"err {_num(a['max_rel_err'], '.1e')}")
+    if a.get("error_class"):
+        err = str(a.get("error") or "")
+        bits.append(f"[{a['error_class']}] {err[:120]}")
+    return " ".join(bits)
+
+
+def note_line(n: dict[str, Any]) -> str:
+    scope = f"{n.get('problem') or '*'}/{n.get('shape') or '*'}"
+    tags = f" [{', '.join(n['tags'])}]" if n.get("tags") else ""
+    return f"note #{n.get('id')} ({scope}){tags}: {n.get('text')}"
+
+
+def attempts_text(page: dict[str, Any]) -> str:
+    rows = page["attempts"]
+    lines = [f"{len(rows)} attempt(s), newest first (offset {page['offset']})"]
+    lines += ["  " + attempt_line(a) for a in rows]
+    if page.get("next_offset") is not None:
+        lines.append(f"  more: attempts(offset={page['next_offset']})")
+    if page.get("notes"):
+        lines.append("notes:")
+        lines += ["  " + note_line(n) for n in page["notes"]]
+    return "\n".join(lines)
+
+
+def best_text(r: dict[str, Any]) -> str:
+    if not r.get("found"):
+        lines = [f"no correct attempt for {r['problem']}/{r['shape']} yet"]
+    else:
+        b = r["best"]
+        lines = [f"best for {r['problem']}/{r['shape']}: {attempt_line(b)}", "source:",
+                 b.get("source") or "(not stored)"]
+    if r.get("notes"):
+        lines.append("notes:")
+        lines += ["  " + note_line(n) for n in r["notes"]]
+    return "\n".join(lines)
+
+
+def attempt_text(a: dict[str, Any]) -> str:
+    result = a.get("result")
+    return "\n".join([attempt_line(a), "source:", a.get("source") or "(not stored)", "result:",
+                      json.dumps(result, indent=1, default=str) if result is not None else "(no result logged)"])
+
+
+def problems_text(problems: list[dict[str, Any]]) -> str:
+    lines = []
+    for d in problems:
+        lines.append(f"{d['name']}: {d['summary']}")
+        for shape, dims in d["shapes"].items():
+            lines.append(f"    {shape:<10} " + ", ".join(f"{k}={v}" for k, v in dims.items()))
+        tol = d.get("tolerance") or {}
+        lines.append(f"    tolerance rel_err={tol.get('rel_err')} atol={tol.get('atol')} rtol={tol.get('rtol')}; "
+                     f"baselines: {', '.join(b['name'] for b in d.get('baselines', [])) or '-'}")
+    lines.append("resources: problem://{name}/description, /reference, /starter, /shapes; best://{name}/{shape}")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""The same compile over MCP and over the CLI gives the same result: both go through Service."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from server.app import build_app
+from server.service import Service
+from tests.test_server_common import ROOT, STARTER, SYNTAX
+
+# What differs between two calls by design: wall time, cache hits, the log's ids.
+IGNORED = {"elapsed_s", "cached", "attempt_id"}
+
+
+def _cli_compile(home: Path, source: str) -> tuple[int, dict[str, Any]]:
+    path = home / "candidate.py"
+    path.write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "client.cli", "compile", str(path), "--problem", "softmax", "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _mcp_compile(source: str) -> Any:
+    service = Service()  # the same MARATHON_HOME as the CLI run (set per test by conftest)
+    try:
+        async def main() -> Any:
+            async with Client(build_app(service)) as c:
+                return await c.call_tool("compile", {"problem": "softmax", "source": source})
+
+        return anyio.run(main)
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("source", [STARTER, SYNTAX], ids=["starter", "syntax_error"])
+def test_compile_over_mcp_and_over_the_cli_agree(marathon_home: Path, source: str) -> None:
+    code, cli = _cli_compile(marathon_home, source)
+    result = _mcp_compile(source)
+    mcp = result.structured_content
+    assert (code == 0) == cli["ok"] == (not result.is_error) == mcp["ok"]
+    compared = set(cli) - IGNORED
+    assert compared <= set(mcp), compared - set(mcp)
+    assert {k: mcp[k] for k in compared} == {k: cli[k] for k in compared}
+    assert mcp["attempt_id"] != cli["attempt_id"]  # two calls, two attempts in one log
