@@ -38,8 +38,8 @@ class Baseline:
     """A way to compute the problem that candidates are timed against.
 
     Baselines may use any library. `available` says why one cannot run here (None: it can).
-    `prepare` runs once per shape before timing (e.g. JIT/autotune warm-up) and may return a
-    callable that replaces `fn` for that shape (used for CUDA graphs and torch.compile).
+    Warm-up (JIT, autotune, torch.compile) happens in the timer's untimed first calls; CUDA-graph
+    replay is a timing mode the tools apply to any baseline, not a baseline of its own.
     """
 
     name: str
