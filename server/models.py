@@ -96,7 +96,7 @@ class CompileResult(Open):
 class Timing(Open):
     median_us: float
     spread_pct: float | None = Field(None, description="interquartile range as a share of the median")
-    mode: str | None = Field(None, description="'graph' (CUDA-graph replays) or 'eager'")
+    mode: str | None = Field(None, description="'cuda_graph' (CUDA-graph replays) or 'eager'")
     reps: int | None = None
 
 

@@ -46,8 +46,8 @@ def profile_text(r: dict[str, Any]) -> str:
         lines.append(f"  error{where}: {r['error']}")
     if r.get("max_rel_err") is not None:
         shapes = ", ".join(r.get("shapes_checked") or [])
-        lines.append(f"  max relative error {_num(r['max_rel_err'], '.2e')} over {len(r.get('trials') or [])} "
-                     f"trials{' at ' + shapes if shapes else ''}")
+        trials = f" over {len(r['trials'])} trials" if r.get("trials") else ""
+        lines.append(f"  max relative error {_num(r['max_rel_err'], '.2e')}{trials}{' at ' + shapes if shapes else ''}")
     t = r.get("timing")
     if t:
         lines.append(f"  time {_num(t.get('median_us'), '.2f')} us median ({t.get('mode')}, {t.get('reps')} reps, "

@@ -326,3 +326,28 @@ def test_results_carry_no_nonfinite_numbers() -> None:
     dumped = ProfileResult.model_validate(jsonable(report)).model_dump(mode="json")
     assert dumped["max_rel_err"] is None and dumped["trials"] == [{"rel_err": None}]
     json.dumps(dumped, allow_nan=False)
+
+
+def test_gpu_shaped_results_validate_and_read_well() -> None:
+    """What profile and baseline return on a GPU (timing from tools.timing.summarize), through the models."""
+    from server.models import BaselineResult, ProfileResult, jsonable
+    from server.text import baseline_text, profile_text
+    from tools.timing import summarize
+
+    cand = {**summarize([10.0, 10.5, 11.0, 10.2]), "mode": "cuda_graph", "pilot_us": 10.4, "seed": 7}
+    base = {"name": "torch", **summarize([20.0, 21.0, 19.5]), "mode": "cuda_graph", "pilot_us": 20.1}
+    report = {"problem": "softmax", "shape": "bench", "ok": True, "correct": True, "error_class": None,
+              "max_rel_err": 1e-7, "timing": cand, "baseline": base, "speedup": base["median_us"] / cand["median_us"],
+              "achieved": {"gbps": 3000.0, "tflops": 0.4, "dram_share": 0.7}, "device": {"name": "NVIDIA H200"}}
+    model = ProfileResult.model_validate(jsonable(report))
+    assert model.timing is not None and model.timing.median_us == cand["median_us"] and model.timing.reps == 4
+    assert model.model_dump()["achieved"]["gbps"] == 3000.0  # extra fields pass through
+    text = profile_text(report)
+    assert f"speedup {report['speedup']:.2f}x" in text and "3000 GB/s" in text and "cuda_graph" in text
+    timings = {"eager": {**summarize([30.0, 31.0]), "mode": "eager", "gbps": 1.0, "tflops": 0.1},
+               "cuda_graph": {"error": "RuntimeError: capture failed"}}
+    baseline = {"problem": "softmax", "shape": "bench", "ok": True, "cached": False, "device": {"name": "H200"},
+                "baselines": [{"name": "torch", "description": "eager", "available": True, "correct": True,
+                               "max_rel_err": 0.0, "timing": timings}]}
+    assert BaselineResult.model_validate(jsonable(baseline)).baselines[0].timing == timings
+    assert "[cuda_graph]: failed" in baseline_text(baseline) and "30.50 us" in baseline_text(baseline)
