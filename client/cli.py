@@ -299,4 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # `python -m client.cli` runs this file as __main__; commands defined in other modules register
+    # through `client.cli`, which must be this very module, not a second copy.
+    sys.modules.setdefault("client.cli", sys.modules[__name__])
     sys.exit(main())

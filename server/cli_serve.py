@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from client import cli
@@ -15,21 +14,7 @@ from client import cli
 DEFAULT_PORT = 8765
 
 
-def _register(name: str, help_text: str) -> Callable[[Callable[[argparse.ArgumentParser], None]],
-                                                    Callable[[cli.Command], cli.Command]]:
-    """client.cli's `command` decorator, also applied to `python -m client.cli`'s own copy of that
-    module (`__main__`), which is the one parsing the arguments in that case."""
-    main = sys.modules.get("__main__")
-    twin = main if main is not cli and getattr(getattr(main, "__spec__", None), "name", "") == "client.cli" else None
-
-    def with_args(add_args: Callable[[argparse.ArgumentParser], None]) -> Callable[[cli.Command], cli.Command]:
-        def register(fn: cli.Command) -> cli.Command:
-            cli.command(name, help_text)(add_args)(fn)
-            if twin is not None:
-                twin.command(name, help_text)(add_args)(fn)
-            return fn
-        return register
-    return with_args
+_register = cli.command
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:

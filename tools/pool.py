@@ -82,6 +82,7 @@ class WorkerProcess:
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
+        self._ready_lock = threading.Lock()
         self.ready: dict[str, Any] | None = None
         self.jobs_done = 0
 
@@ -107,6 +108,10 @@ class WorkerProcess:
         return message
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> dict[str, Any]:
+        with self._ready_lock:  # one reader of the pipe at a time
+            return self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> dict[str, Any]:
         if self.ready is None:
             msg = self.read_message(time.monotonic() + timeout, None)
             if not isinstance(msg, dict) or msg.get("type") != "ready":
@@ -159,6 +164,7 @@ class WorkerPool:
         self._workers: list[WorkerProcess | None] = [None] * len(self.gpus)
         self._free = list(range(len(self.gpus)))
         self._cond = threading.Condition()
+        self._spawn_lock = threading.Lock()
         self.restarts = 0
 
     @property
@@ -166,14 +172,15 @@ class WorkerPool:
         return self.gpus != [None]
 
     def _worker(self, slot: int) -> WorkerProcess:
-        w = self._workers[slot]
-        if w is None or w.proc.poll() is not None:
-            if w is not None:
-                w.kill()
-                self.restarts += 1
-            w = WorkerProcess(slot, self.gpus[slot], self.root)
-            self._workers[slot] = w
-        return w
+        with self._spawn_lock:  # warm() and run() may ask for the same slot at once
+            w = self._workers[slot]
+            if w is None or w.proc.poll() is not None:
+                if w is not None:
+                    w.kill()
+                    self.restarts += 1
+                w = WorkerProcess(slot, self.gpus[slot], self.root)
+                self._workers[slot] = w
+            return w
 
     def warm(self) -> dict[str, Any]:
         """Start every worker and wait until each has imported torch and triton."""

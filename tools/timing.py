@@ -60,8 +60,9 @@ class Timer:
         self.flush_sink = torch.empty((), dtype=torch.int64, device=device)
 
     def _flush(self) -> None:
-        # Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back can land
-        # inside the next timed call (BENCHMARKS.md, "Agreement with Nsight Compute").
+        # Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back could land
+        # inside the next timed call. Measured on the H200 both give the same median (BENCHMARKS.md,
+        # "Agreement with Nsight Compute"); reading is the variant with nothing left to doubt.
         if FLUSH_BY_WRITE:
             self.flush_buf.zero_()
         else:
