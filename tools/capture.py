@@ -72,13 +72,13 @@ def capture_launches(candidate_path: Path, problem_name: str, shape: str) -> dic
             seen.add(key)
             launches.append(record)
 
-    interpreter.InterpretedFunction.run = recording_run  # type: ignore[method-assign]
+    interpreter.InterpretedFunction.run = recording_run
     try:
         module = load_candidate(candidate_path)
         inputs = problem.inputs(shape, seed=0, device="cpu", dtype=problem.gpu_dtype)
         module.entry(*inputs)
     finally:
-        interpreter.InterpretedFunction.run = original_run  # type: ignore[method-assign]
+        interpreter.InterpretedFunction.run = original_run
     if not launches:
         raise CandidateError("entry() launched no Triton kernel", error_class="no_kernel")
     return {"launches": launches}

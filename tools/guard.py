@@ -265,7 +265,7 @@ class TorchComputeRefused(RuntimeError):
 def _make_dispatch_guard() -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class ComputeGuard(TorchDispatchMode):  # type: ignore[misc]
+    class ComputeGuard(TorchDispatchMode):
         """Lets allocation, views and copies through; refuses aten compute ops."""
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
