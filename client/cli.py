@@ -160,6 +160,8 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
                    help="time CUDA-graph replays (auto: when a call takes under 200 us)")
     p.add_argument("--baseline", help="baseline to time against (default: the problem's first available)")
     p.add_argument("--timeout", type=float, help="seconds before the job is stopped (default 600)")
+    p.add_argument("--ncu", action="store_true",
+                   help="also run the candidate under Nsight Compute (where ncu exists) and report its kernel time")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -171,7 +173,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     try:
         report = svc.profile(args.problem, source, args.shape, client={"name": "marathon-cli"},
                              progress=None if args.json else stderr_progress, graph=graph,
-                             baseline=args.baseline, timeout=args.timeout)
+                             baseline=args.baseline, timeout=args.timeout, ncu=args.ncu)
     finally:
         svc.close()
     emit(report, args.json, format_profile)
@@ -201,6 +203,12 @@ def format_profile(r: dict[str, Any]) -> str:
         if a:
             share = f" ({100 * a['dram_share']:.0f}% of measured DRAM)" if a.get("dram_share") else ""
             lines.append(f"  {a['gbps']:.0f} GB/s{share}, {a['tflops']:.2f} TFLOP/s")
+        n = r.get("ncu") or {}
+        if n.get("ok"):
+            lines.append(f"  Nsight Compute: {n['gpu_time_us_per_call']:.2f} us of kernel time per call "
+                         f"(profile median {n.get('profile_vs_ncu_pct', 0):+.1f}% from it)")
+        elif n.get("error"):
+            lines.append(f"  Nsight Compute: {n['error'][:200]}")
         tele = (r.get("telemetry") or {}).get("after") or {}
         if tele.get("sm_clock_mhz"):
             lines.append(f"  GPU: SM {tele['sm_clock_mhz']} MHz, {tele['temperature_c']} C, "

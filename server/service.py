@@ -154,13 +154,17 @@ class Service:
                 client: dict[str, Any] | None = None, call_id: str | None = None,
                 progress: Progress | None = None, cancel: threading.Event | None = None,
                 graph: bool | None = None, baseline: str | None = None,
-                timeout: float | None = None) -> dict[str, Any]:
+                timeout: float | None = None, ncu: bool = False) -> dict[str, Any]:
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "graph": graph, "baseline": baseline}
+        if ncu:
+            args["ncu"] = True
         intent = self._intent("profile", args, run_id, client, call_id)
         job = {"op": "profile", "problem": problem, "shape": shape, "source": source,
                "graph": "auto" if graph is None else graph, "baseline": baseline}
         report = self.pool.run(job, timeout=timeout, progress=progress, cancel=cancel)
+        if ncu and report.get("timing"):
+            report["ncu"] = self._ncu(problem, source, shape, report, progress)
         report.setdefault("problem", problem)
         report.setdefault("shape", shape)
         report.setdefault("device", self._device_info())
@@ -169,6 +173,21 @@ class Service:
         report["attempt_id"] = self._attempt("profile", report, sha, run_id, intent.id)
         self._result("profile", intent, bool(report.get("ok")), report, report.get("error"), run_id)
         return report
+
+    @staticmethod
+    def _ncu(problem: str, source: str, shape: str, report: dict[str, Any],
+             progress: Progress | None) -> dict[str, Any]:
+        """Nsight Compute's kernel time for the same candidate, beside the profile's own median."""
+        from tools.ncu import ncu_metrics
+
+        if progress is not None:
+            progress({"stage": "Nsight Compute", "done": None, "total": None})
+        result = ncu_metrics(problem, source, shape)
+        if result.get("ok") and result.get("gpu_time_us_per_call"):
+            median = report["timing"]["median_us"]
+            result["profile_vs_ncu_pct"] = 100.0 * (median - result["gpu_time_us_per_call"]) / \
+                result["gpu_time_us_per_call"]
+        return result
 
     def baseline(self, problem: str, shape: str | None = None, *, refresh: bool = False,
                  run_id: str | None = None, client: dict[str, Any] | None = None,

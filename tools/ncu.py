@@ -53,9 +53,19 @@ def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float 
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"ncu took longer than {timeout:.0f} s"}
-    rows = _parse_csv(proc.stdout)
-    if proc.returncode != 0 or not rows:
+    summary = summarize_csv(proc.stdout)
+    if proc.returncode != 0 or summary is None:
         return {"ok": False, "error": f"ncu exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"}
+    return summary
+
+
+def summarize_csv(text: str, calls: int = PROFILED_CALLS) -> dict[str, Any] | None:
+    """Per-kernel medians of ncu's --csv output, and the kernel time per call of entry()."""
+    rows = _parse_csv(text)
+    if not rows:
+        return None
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+             "second": 1e6}
     kernels: dict[str, dict[str, list[float]]] = {}
     for row in rows:
         name = row.get("Kernel Name", "?")
@@ -67,8 +77,6 @@ def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float 
         except ValueError:
             continue
         if metric == "gpu__time_duration.sum":
-            scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
-                     "s": 1e6, "second": 1e6}
             if unit not in scale:
                 raise ValueError(f"unexpected unit {unit!r} for gpu__time_duration")
             number *= scale[unit]
@@ -76,8 +84,8 @@ def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float 
         kernels.setdefault(name, {}).setdefault(metric, []).append(number)
     per_kernel = {name: {m: statistics.median(v) for m, v in metrics.items()} | {"launches": len(
         metrics.get("gpu_time_us", []))} for name, metrics in kernels.items()}
-    total = sum(k.get("gpu_time_us", 0.0) * k["launches"] for k in per_kernel.values()) / PROFILED_CALLS
-    return {"ok": True, "kernels": per_kernel, "gpu_time_us_per_call": total, "calls": PROFILED_CALLS}
+    total = sum(k.get("gpu_time_us", 0.0) * k["launches"] for k in per_kernel.values()) / calls
+    return {"ok": True, "kernels": per_kernel, "gpu_time_us_per_call": total, "calls": calls}
 
 
 def _parse_csv(text: str) -> list[dict[str, str]]:

@@ -1,0 +1,41 @@
+"""Reading Nsight Compute's CSV, and a clear answer where ncu is absent."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools import ncu
+
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Section Name",'
+          '"Metric Name","Metric Unit","Metric Value"')
+CSV = "==PROF== Connected to process 1234\n" + HEADER + '''
+"0","1234","python3","h","k_main","1","7","Command line profiler metrics","gpu__time_duration.sum","us","10.50"
+"0","1234","python3","h","k_main","1","7","Command line profiler metrics","launch__registers_per_thread","r","40"
+"1","1234","python3","h","k_combine","1","7","Command line profiler metrics","gpu__time_duration.sum","ns","2,000"
+"2","1234","python3","h","k_main","1","7","Command line profiler metrics","gpu__time_duration.sum","us","11.50"
+"3","1234","python3","h","k_combine","1","7","Command line profiler metrics","gpu__time_duration.sum","ns","2,200"
+'''
+
+
+def test_summarize_csv_units_and_per_call_total() -> None:
+    s = ncu.summarize_csv(CSV, calls=2)
+    assert s is not None and s["ok"]
+    assert s["kernels"]["k_main"]["gpu_time_us"] == pytest.approx(11.0)
+    assert s["kernels"]["k_combine"]["gpu_time_us"] == pytest.approx(2.1)
+    assert s["kernels"]["k_main"]["launches"] == 2
+    assert s["gpu_time_us_per_call"] == pytest.approx(11.0 + 2.1)
+
+
+def test_unknown_unit_is_an_error_not_a_wrong_number() -> None:
+    with pytest.raises(ValueError, match="unit"):
+        ncu.summarize_csv(CSV.replace('"us","10.50"', '"cycle","10.50"'), calls=2)
+
+
+def test_no_rows_is_none() -> None:
+    assert ncu.summarize_csv("==PROF== nothing profiled\n") is None
+
+
+def test_absent_ncu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    r = ncu.ncu_metrics("softmax", "def entry(x): pass\n")
+    assert r["ok"] is False and "not installed" in r["error"]
