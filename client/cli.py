@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from server import text
+
 Command = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None], str]] = {}
 
@@ -133,23 +135,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              client={"name": "marathon-cli"})
     finally:
         svc.close()
-    emit(report, args.json, format_compile)
+    emit(report, args.json, text.compile_text)
     return 0 if report["ok"] else 1
-
-
-def format_compile(r: dict[str, Any]) -> str:
-    lines = [f"compile {r['problem']}/{r['shape']} for {r['target']}: {'ok' if r['ok'] else 'FAILED'}"
-             + (" (cached)" if r.get("cached") else "")]
-    for k in r.get("kernels", []):
-        lines.append(f"  {k['name']}: {k['registers']} regs, {k['spill_bytes']} B spilled, "
-                     f"{k['shared_bytes']} B shared, warps={k['num_warps']} stages={k['num_stages']}, "
-                     f"wgmma={'yes' if k['uses_wgmma'] else 'no'}, tma={'yes' if k.get('uses_tma') else 'no'}")
-        if k.get("sass"):
-            lines.append(k["sass"])
-    for e in r.get("errors", []):
-        where = f"line {e['line']}: " if e.get("line") else ""
-        lines.append(f"  error: {where}{e['message']}")
-    return "\n".join(lines)
 
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
@@ -176,48 +163,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
                              baseline=args.baseline, timeout=args.timeout, ncu=args.ncu)
     finally:
         svc.close()
-    emit(report, args.json, format_profile)
+    emit(report, args.json, text.profile_text)
     return 0 if report.get("ok") else 1
-
-
-def format_profile(r: dict[str, Any]) -> str:
-    dev = r.get("device") or {}
-    lines = [f"profile {r['problem']}/{r['shape']} on {dev.get('name', '?')}: "
-             + ("correct" if r.get("correct") else f"NOT OK [{r.get('error_class')}]")]
-    if r.get("error"):
-        where = f" (line {r['error_line']})" if r.get("error_line") else ""
-        lines.append(f"  error{where}: {r['error']}")
-    if r.get("max_rel_err") is not None:
-        lines.append(f"  max relative error {r['max_rel_err']:.2e} over {len(r.get('trials') or [])} trials "
-                     f"at {', '.join(r.get('shapes_checked') or [])}")
-    t = r.get("timing")
-    if t:
-        lines.append(f"  time {t['median_us']:.2f} us median ({t['mode']}, {t['reps']} reps, "
-                     f"IQR {t['spread_pct']:.1f}%)")
-        b = r.get("baseline") or {}
-        if b.get("median_us"):
-            lines.append(f"  baseline {b['name']}: {b['median_us']:.2f} us -> speedup {r['speedup']:.2f}x")
-        elif b.get("error"):
-            lines.append(f"  baseline: {b['error']}")
-        a = r.get("achieved") or {}
-        if a:
-            share = f" ({100 * a['dram_share']:.0f}% of measured DRAM)" if a.get("dram_share") else ""
-            lines.append(f"  {a['gbps']:.0f} GB/s{share}, {a['tflops']:.2f} TFLOP/s")
-        n = r.get("ncu") or {}
-        if n.get("ok"):
-            lines.append(f"  Nsight Compute: {n['gpu_time_us_per_call']:.2f} us of kernel time per call "
-                         f"(profile median {n.get('profile_vs_ncu_pct', 0):+.1f}% from it)")
-        elif n.get("error"):
-            lines.append(f"  Nsight Compute: {n['error'][:200]}")
-        tele = (r.get("telemetry") or {}).get("after") or {}
-        if tele.get("sm_clock_mhz"):
-            lines.append(f"  GPU: SM {tele['sm_clock_mhz']} MHz, {tele['temperature_c']} C, "
-                         f"{tele['power_w']:.0f} W, throttle: {', '.join(tele['throttle_reasons']) or 'none'}")
-    elif r.get("timing_note"):
-        lines.append(f"  {r['timing_note']}")
-    if r.get("output_tail"):
-        lines.append(f"  candidate output (tail): {r['output_tail'][-300:]!r}")
-    return "\n".join(lines)
 
 
 def _baseline_args(p: argparse.ArgumentParser) -> None:
@@ -235,27 +182,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
                               progress=None if args.json else stderr_progress)
     finally:
         svc.close()
-    emit(report, args.json, format_baseline)
+    emit(report, args.json, text.baseline_text)
     return 0 if report.get("ok") else 1
-
-
-def format_baseline(r: dict[str, Any]) -> str:
-    dev = r.get("device") or {}
-    lines = [f"baselines {r['problem']}/{r['shape']} on {dev.get('name', '?')}"
-             + (" (from the log)" if r.get("cached") else "")]
-    if r.get("timing_note"):
-        lines.append(f"  {r['timing_note']}")
-    for b in r.get("baselines", []):
-        if not b.get("available"):
-            lines.append(f"  {b['name']}: unavailable ({b.get('reason')})")
-            continue
-        for mode, t in (b.get("timing") or {}).items():
-            if "error" in t:
-                lines.append(f"  {b['name']} [{mode}]: failed: {t['error'][:200]}")
-            else:
-                lines.append(f"  {b['name']} [{mode}]: {t['median_us']:.2f} us (IQR {t['spread_pct']:.1f}%, "
-                             f"{t['reps']} reps), {t['gbps']:.0f} GB/s, {t['tflops']:.2f} TFLOP/s")
-    return "\n".join(lines)
 
 
 # -- entry point --------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ def compile_text(r: dict[str, Any]) -> str:
                      f"{k.get('shared_bytes')} B shared, warps={k.get('num_warps')} "
                      f"stages={k.get('num_stages')}, wgmma={'yes' if k.get('uses_wgmma') else 'no'}, "
                      f"tma={'yes' if k.get('uses_tma') else 'no'}")
+        if k.get("sass"):
+            lines.append(k["sass"])
     for e in r.get("errors") or []:
         where = f"line {e['line']}: " if e.get("line") else ""
         lines.append(f"  error: {where}{e.get('message')}")
@@ -60,7 +62,19 @@ def profile_text(r: dict[str, Any]) -> str:
             lines.append(f"  baseline: {b['error']}")
         a = r.get("achieved") or {}
         if a.get("gbps") is not None:
-            lines.append(f"  {_num(a['gbps'], '.0f')} GB/s, {_num(a.get('tflops'), '.2f')} TFLOP/s")
+            share = f" ({100 * a['dram_share']:.0f}% of measured DRAM bandwidth)" if a.get("dram_share") else ""
+            lines.append(f"  {_num(a['gbps'], '.0f')} GB/s{share}, {_num(a.get('tflops'), '.2f')} TFLOP/s")
+        n = r.get("ncu") or {}
+        if n.get("ok"):
+            lines.append(f"  Nsight Compute: {_num(n.get('gpu_time_us_per_call'), '.2f')} us of kernel time per call "
+                         f"(profile median {_num(n.get('profile_vs_ncu_pct'), '+.1f')}% from it)")
+        elif n.get("error"):
+            lines.append(f"  Nsight Compute: {str(n['error'])[:200]}")
+        tele = (r.get("telemetry") or {}).get("after") or {}
+        if tele.get("sm_clock_mhz"):
+            lines.append(f"  GPU after: SM {tele['sm_clock_mhz']} MHz, {tele.get('temperature_c')} C, "
+                         f"{_num(tele.get('power_w'), '.0f')} W, throttle: "
+                         f"{', '.join(tele.get('throttle_reasons') or []) or 'none'}")
     elif r.get("timing_note"):
         lines.append(f"  {r['timing_note']}")
     if r.get("output_tail"):
@@ -87,7 +101,8 @@ def baseline_text(r: dict[str, Any]) -> str:
                 lines.append(f"  {b.get('name')} [{mode}]: failed: {str(t['error'])[:200]}")
             else:
                 lines.append(f"  {b.get('name')} [{mode}]: {_num(t.get('median_us'), '.2f')} us "
-                             f"(IQR {_num(t.get('spread_pct'), '.1f')}%)")
+                             f"(IQR {_num(t.get('spread_pct'), '.1f')}%, {t.get('reps')} reps), "
+                             f"{_num(t.get('gbps'), '.0f')} GB/s, {_num(t.get('tflops'), '.2f')} TFLOP/s")
     return "\n".join(lines)
 
 
