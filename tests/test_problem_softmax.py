@@ -6,10 +6,7 @@ Wrong variants of the starter are made by editing its source, so they are real T
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -19,33 +16,12 @@ import torch
 from kernels import get_problem, starter_path
 from kernels.softmax.problem import ROW_OFFSET
 from kernels.spec import compare
+from tests.candidates import interpreted, load_candidate, starter_variant
 
 PROBLEM = get_problem("softmax")
 SEEDS = (0, 1, 2)
 CHECK_SHAPES = ("small", "odd")
 # The starter runs on CPU tensors only under the interpreter (conftest picks it where there is no GPU).
-interpreted = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1",
-    reason="runs Triton kernels on CPU tensors: needs TRITON_INTERPRET=1",
-)
-
-
-def load_candidate(path: Path) -> ModuleType:
-    """Import a candidate file as a fresh module (Triton's JIT needs it on disk to read its source)."""
-    spec = importlib.util.spec_from_file_location(f"candidate_{uuid.uuid4().hex}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def starter_variant(tmp_path: Path, old: str, new: str) -> ModuleType:
-    """The starter with one piece of source replaced: a plausible bug, as a real kernel."""
-    source = starter_path("softmax").read_text()
-    assert old in source, f"the starter no longer contains {old!r}: update this test's bug"
-    path = tmp_path / "variant.py"
-    path.write_text(source.replace(old, new))
-    return load_candidate(path)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +132,7 @@ def test_tolerance_rejects_plausible_bugs(bug, shape: str) -> None:
     ids=["padding_as_zero", "no_max"],
 )
 def test_wrong_triton_kernels_fail(tmp_path: Path, old: str, new: str) -> None:
-    wrong = starter_variant(tmp_path, old, new)
+    wrong = starter_variant("softmax", tmp_path, old, new)
     (x,) = PROBLEM.inputs("odd", 0, "cpu")
     assert not check(wrong.entry(x), x)["ok"]
 
