@@ -47,7 +47,8 @@ def stderr_progress(message: dict[str, Any]) -> None:
 def _read_source(path: str) -> str:
     p = Path(path)
     if not p.is_file():
-        raise SystemExit(f"marathon: no such file: {path}")
+        print(f"marathon: no such file: {path}", file=sys.stderr)
+        raise SystemExit(2)
     return p.read_text(encoding="utf-8")
 
 

@@ -1,0 +1,81 @@
+"""The `marathon` CLI as a user runs it: a real subprocess, real SQLite, real workers.
+
+The --json shapes asserted here are public schema: scripts and agents parse them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels import problem_names, starter_path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def marathon(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MARATHON_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+    if check and proc.returncode not in (0, 1):
+        raise AssertionError(f"marathon {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def test_help_lists_every_command(marathon_home: Path) -> None:
+    out = marathon("--help", home=marathon_home).stdout
+    for name in ("problems", "log", "compile", "profile", "baseline", "serve"):
+        assert name in out
+    for name in ("problems", "log", "compile", "profile", "baseline"):
+        sub = marathon(name, "--help", home=marathon_home)
+        assert sub.returncode == 0 and "usage: marathon" in sub.stdout
+
+
+def test_problems_json(marathon_home: Path) -> None:
+    data = json.loads(marathon("problems", "--json", home=marathon_home).stdout)
+    assert [d["name"] for d in data] == problem_names()
+    for d in data:
+        assert {"bench", "small"} <= set(d["shapes"]) and d["tolerance"]["rel_err"] > 0
+
+
+def test_compile_profile_log_json(marathon_home: Path) -> None:
+    starter = str(starter_path("softmax"))
+    c = json.loads(marathon("compile", starter, "--problem", "softmax", "--json", home=marathon_home).stdout)
+    assert {"ok", "target", "kernels", "errors"} <= set(c) and c["ok"]
+    assert {"name", "registers", "spill_bytes", "shared_bytes", "uses_wgmma"} <= set(c["kernels"][0])
+
+    p = json.loads(marathon("profile", starter, "--problem", "softmax", "--json", home=marathon_home).stdout)
+    assert {"ok", "correct", "error", "max_rel_err", "device", "timing", "speedup"} <= set(p)
+    assert p["correct"] is True
+    if p["device"]["kind"] == "cpu":
+        assert p["timing"] is None
+    else:
+        assert {"median_us", "spread_pct"} <= set(p["timing"])
+
+    log = json.loads(marathon("log", "--json", "--limit", "50", home=marathon_home).stdout)
+    kinds = [e["kind"] for e in log]
+    assert kinds.count("attempt") == 2 and kinds.count("tool.intent") == 2 and kinds.count("tool.result") == 2
+    assert all({"id", "ts", "run_id", "kind", "payload"} <= set(e) for e in log)
+    assert [e["id"] for e in log] == sorted((e["id"] for e in log), reverse=True), "newest first"
+
+
+def test_failing_candidate_exits_nonzero_with_line(marathon_home: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(starter_path("softmax").read_text().replace("    e = tl.exp(x)\n", "    e = tl.exp(nope)\n"))
+    r = marathon("compile", str(bad), "--problem", "softmax", home=marathon_home)
+    assert r.returncode == 1 and "nope" in r.stdout and "line" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("compile", "kernels/softmax/starter.py", "--problem", "nosuch"), "unknown problem"),
+    (("compile", "kernels/softmax/starter.py", "--problem", "softmax", "--shape", "huge"), "no shape"),
+    (("profile", "no/such/file.py", "--problem", "softmax"), "no such file"),
+])
+def test_bad_arguments_are_clear(marathon_home: Path, args: tuple[str, ...], needle: str) -> None:
+    r = marathon(*args, home=marathon_home, check=False)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
