@@ -64,6 +64,28 @@ MODEL_TURN = "model.turn"
 """One model call of the bundled client. Free-form; usually provider, model, tokens_in, tokens_out,
 latency_s, stop_reason and the tool calls requested."""
 
+RUN_RESUME = "run.resume"
+"""A run continues in a new process after a stop (kill, crash, power loss). pid (int), host (str):
+required, so liveness can be checked; reason (str), dangling (int: calls found without a result):
+optional. Spend is not reset: it is reloaded from the run's events."""
+
+AGENT_CALL = "agent.call"
+"""The bundled client is about to run one tool step, committed before the call is sent. step (int:
+1, 2, 3, ... within the run, contiguous), call_id (str: also sent to the server in `_meta`
+kernel-marathon/call_id, so the server's tool.intent key contains it), tool (str), args (object):
+required; turn (int), fingerprint (str: of a candidate source), key (list) optional."""
+
+AGENT_RESULT = "agent.result"
+"""The result of one tool step as the client's transcript shows it; exactly one per agent.call.
+step (int), call_id (str), tool (str), ok (bool), status (str: "ok", "tool_error", "from_log" (a
+source already tried, answered from the log), "recovered" (the server's logged result, read back on
+resume), "interrupted", "timeout", "disconnected", "client_error"), text (str): required; structured
+(object), attempt (object: the judged candidate's numbers) optional."""
+
+MODEL_ERROR = "model.error"
+"""A model call failed (after the provider's own retries). message (str), retryable (bool):
+required; the loop waits and asks again, or ends the run when the error is not retryable."""
+
 OUTCOMES: tuple[str, ...] = (
     "correct",
     "incorrect",
@@ -168,6 +190,17 @@ SCHEMAS: dict[str, tuple[FieldSpec, ...]] = {
     BUDGET: (),
     BASELINE: (_f("problem", str), _f("shape", str), _f("results", object)),
     MODEL_TURN: (),
+    RUN_RESUME: (_f("pid", int), _f("host", str)),
+    AGENT_CALL: (_f("step", int), _f("call_id", str), _f("tool", str), _f("args", dict)),
+    AGENT_RESULT: (
+        _f("step", int),
+        _f("call_id", str),
+        _f("tool", str),
+        _f("ok", bool),
+        _f("status", str),
+        _f("text", str),
+    ),
+    MODEL_ERROR: (_f("message", str), _f("retryable", bool)),
 }
 """The checked kinds and their fields. A kind with no fields is only checked to be an object."""
 

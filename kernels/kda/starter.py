@@ -15,6 +15,8 @@ import triton.language as tl
 
 BV = 32          # value columns per program: the state block is K x BV float32 registers
 NUM_WARPS = 4
+# What a tuner may change (client/tuner.py): each name is a module-level constant above.
+TUNE_SPACE = {"BV": [16, 32, 64], "NUM_WARPS": [1, 2, 4, 8]}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 

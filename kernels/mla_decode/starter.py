@@ -26,6 +26,8 @@ SOFTMAX_SCALE = 1.0 / math.sqrt(128 + 64)
 BLOCK_N = 32  # cache tokens per loop step
 NUM_WARPS = 4
 NUM_STAGES = 2
+# What a tuner may change (client/tuner.py): each name is a module-level constant above.
+TUNE_SPACE = {"BLOCK_N": [16, 32, 64], "NUM_WARPS": [2, 4, 8], "NUM_STAGES": [1, 2, 3]}
 
 
 @triton.jit

@@ -1,0 +1,344 @@
+"""`marathon run`, `resume`, `status`, `report`: the bundled client's commands.
+
+Registered with client.cli on import (client.cli imports this module at start); the heavy imports
+(mcp, matplotlib, torch through the problem suite) happen inside the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from client import cli
+
+POLICY_ENV = "MARATHON_POLICY"
+MODEL_ENV = "MARATHON_MODEL"
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"marathon: {message}", file=sys.stderr)
+    return code
+
+
+def _deadline(text: str | None) -> float | None:
+    """An ISO date-time in UTC ("2026-12-02T06:00") or "+H" hours from now."""
+    if not text:
+        return None
+    if text.startswith("+"):
+        return time.time() + float(text[1:]) * 3600
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return float(calendar.timegm(time.strptime(text.rstrip("Z"), fmt)))
+        except ValueError:
+            continue
+    raise SystemExit(f"marathon: cannot read --deadline {text!r} (use 2026-12-02T06:00 in UTC, or +H hours)")
+
+
+# -- making the policy and the server link --------------------------------------------------------------
+
+def make_policy(name: str, model: str | None, options: dict[str, Any]) -> Any:
+    """The policy called `name`: the tuner here, model providers through client.providers."""
+    if name == "tuner":
+        from client.tuner import TunerPolicy
+
+        return TunerPolicy(model, **options)
+    try:
+        from client.providers import make_provider
+    except ImportError as exc:
+        raise SystemExit(f"marathon: policy {name!r} needs the model providers (client.providers): {exc}") from None
+    return make_provider(name, model, **options)
+
+
+def server_spec(described: dict[str, Any], run_id: str, home: Path) -> Any:
+    from client.mcp_link import ServerSpec, server_env
+
+    if described.get("kind") == "http":
+        return ServerSpec(url=described["url"], token_env=described.get("token_env") or "MARATHON_TOKEN")
+    return ServerSpec(command=described.get("command"), env=server_env(run_id, home),
+                      errlog=home / "logs" / f"serve-{run_id}.stderr")
+
+
+def loop_options(saved: dict[str, Any] | None = None, args: argparse.Namespace | None = None) -> Any:
+    from client.compaction import CompactionConfig
+    from client.loop import LoopOptions
+
+    saved = saved or {}
+    comp = dict(saved.get("compaction") or {})
+    window = getattr(args, "context_window", None) or comp.get("context_window") or 200_000
+    threshold = getattr(args, "compact_at", None) or (comp.get("threshold") if saved else None)
+    options = LoopOptions(compaction=CompactionConfig(context_window=int(window),
+                                                      threshold=int(threshold) if threshold else None))
+    if saved.get("call_timeouts"):
+        options.call_timeouts = {str(k): float(v) for k, v in saved["call_timeouts"].items()}
+    if saved.get("default_timeout"):
+        options.default_timeout = float(saved["default_timeout"])
+    timeout = getattr(args, "call_timeout", None)
+    if timeout:
+        options.call_timeouts = dict.fromkeys(("profile", "baseline", "compile"), float(timeout))
+    return options
+
+
+async def drive(log: Any, spec: Any, policy: Any, run_id: str, options: Any, *, resume: bool,
+                quiet: bool) -> Any:
+    """Connect to the server and run the loop until the run ends; the connection is closed after."""
+    from client.loop import Loop
+    from client.mcp_link import Link
+
+    link = Link(spec, run_id=run_id)
+    try:
+        await link.ensure()
+        loop = Loop(log, link, policy, run_id, options=options, progress=None if quiet else _progress)
+        if resume:
+            loop.mark_resumed()
+        return await loop.run()
+    finally:
+        await link.close()
+
+
+def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: argparse.Namespace,
+             resume: bool) -> int:
+    import anyio
+
+    from client.mcp_link import LinkDown
+    from client.runs import RunBusy, RunLock
+
+    try:
+        lock = RunLock(log.path, run_id).acquire()
+    except RunBusy as exc:
+        return _fail(f"run {run_id}: {exc}", 1)
+    try:
+        if not args.quiet:
+            _progress(f"run {run_id}: {'resuming' if resume else 'starting'} ({policy.name}); "
+                      f"`marathon status {run_id}` shows it, `marathon resume {run_id}` continues it after a stop")
+        try:
+            end = anyio.run(functools.partial(drive, log, spec, policy, run_id, options, resume=resume,
+                                              quiet=args.quiet))
+        except KeyboardInterrupt:
+            _progress(f"run {run_id}: interrupted; `marathon resume {run_id}` continues it")
+            return 130
+        except LinkDown as exc:
+            _progress(f"run {run_id}: stopped, the server cannot be reached ({exc}); "
+                      f"`marathon resume {run_id}` continues it")
+            return 1
+        except Exception as exc:
+            log.append("run.end", {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"[:2000]}, run_id=run_id)
+            raise
+    finally:
+        lock.release()
+    _summary(log, run_id, args)
+    return 1 if end.state == "failed" else 0
+
+
+def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
+    from client.runs import status_data
+
+    data = status_data(log, run_id)
+    report_dir = None
+    if getattr(args, "report", None):
+        from client.report import write_report
+
+        out = log.path.parent / "reports" / run_id if args.report == "-" else Path(args.report)
+        report_dir = write_report(log, run_id, out)
+    if getattr(args, "json", False):
+        if report_dir is not None:
+            data["report"] = str(report_dir)
+        print(json.dumps(data, indent=2, default=str))
+        return
+    print(format_status(data))
+    if report_dir is not None:
+        print(f"report: {report_dir / 'report.md'} and {report_dir / 'progress.png'}")
+    else:
+        print(f"report: marathon report {run_id} --out DIR")
+
+
+# -- run ----------------------------------------------------------------------------------------------
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
+    p.add_argument("--shape", default="bench", help="shape to optimise (default bench)")
+    p.add_argument("--policy", default=os.environ.get(POLICY_ENV, "tuner"),
+                   help=f"who drives: tuner (no model, the default), anthropic, openai, ... (default ${POLICY_ENV} "
+                        "or tuner)")
+    p.add_argument("--model", default=os.environ.get(MODEL_ENV), help=f"model name (default ${MODEL_ENV})")
+    p.add_argument("--target", type=float, metavar="X", help="stop when the measured speedup reaches X")
+    p.add_argument("--target-us", type=float, metavar="US", help="stop when the measured median time reaches US")
+    p.add_argument("--hours", type=float, metavar="H", help="budget: hours of active wall time")
+    p.add_argument("--max-steps", type=int, metavar="N", help="budget: tool calls (the run ends at exactly N)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="budget: model tokens, compaction included")
+    p.add_argument("--max-cost", type=float, metavar="USD", help="budget: model cost in dollars")
+    p.add_argument("--deadline", help="stop at this UTC time (2026-12-02T06:00) or after +H hours, whatever else")
+    p.add_argument("--instructions", default="", help="extra words for the goal, kept verbatim in the first message")
+    p.add_argument("--server", metavar="URL", help="an MCP server over HTTP (default: spawn `marathon serve` over "
+                                                   "stdio)")
+    p.add_argument("--token-env", default="MARATHON_TOKEN", metavar="VAR",
+                   help="environment variable holding the HTTP bearer token (default MARATHON_TOKEN)")
+    p.add_argument("--context-window", type=int, metavar="TOKENS", help="the model's window (default 200000)")
+    p.add_argument("--compact-at", type=int, metavar="TOKENS",
+                   help="compact when the context passes this (default 45%% of the window)")
+    p.add_argument("--call-timeout", type=float, metavar="S", help="per-call timeout of compile/profile/baseline")
+    p.add_argument("--run-id", help="name the run (default PROBLEM-DATE-TIME-xxxx)")
+    p.add_argument("--report", metavar="DIR", nargs="?", const="-",
+                   help="write the report (PNG + Markdown) when the run ends, to DIR (default "
+                        "$MARATHON_HOME/reports/RUN)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+
+
+@cli.command("run", "run the bundled agent loop on a problem until the goal is met or the budget is spent")(_run_args)
+def cmd_run(args: argparse.Namespace) -> int:
+    from client.goal import Budget, Goal
+    from client.loop import start_run
+    from client.runs import new_run_id
+    from kernels import get_problem, problem_names
+    from state import EventLog
+
+    if args.problem not in problem_names():
+        return _fail(f"unknown problem {args.problem!r} (known: {', '.join(problem_names())})")
+    shapes = get_problem(args.problem).shapes
+    if args.shape not in shapes:
+        return _fail(f"problem {args.problem!r} has no shape {args.shape!r} (valid: {', '.join(shapes)})")
+    if args.max_steps is not None and args.max_steps < 1:
+        return _fail("--max-steps must be at least 1")
+    goal = Goal(problem=args.problem, shape=args.shape, target_speedup=args.target, target_us=args.target_us,
+                deadline=_deadline(args.deadline), instructions=args.instructions,
+                budget=Budget(hours=args.hours, steps=args.max_steps, tokens=args.max_tokens, cost_usd=args.max_cost))
+    policy = make_policy(args.policy, args.model, {})
+    log = EventLog()
+    home = log.path.parent
+    run_id = args.run_id or new_run_id(args.problem)
+    described = ({"kind": "http", "url": args.server, "token_env": args.token_env} if args.server
+                 else {"kind": "stdio", "command": None})
+    spec = server_spec(described, run_id, home)
+    options = loop_options(None, args)
+    if log.events(run_id=run_id, kinds=["run.start"], limit=1):
+        return _fail(f"run {run_id} exists already; `marathon resume {run_id}` continues it")
+    start_run(log, run_id, goal, policy=args.policy, model=args.model, server=spec.describe(), options=options)
+    return _execute(log, run_id, spec, policy, options, args, resume=False)
+
+
+# -- resume -------------------------------------------------------------------------------------------
+
+def _resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id (see `marathon status`)")
+    p.add_argument("--report", metavar="DIR", nargs="?", const="-",
+                   help="write the report when the run ends, to DIR (default $MARATHON_HOME/reports/RUN)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+
+
+@cli.command("resume", "continue a stopped run from its last committed event (after a kill, crash or Ctrl-C)")(
+    _resume_args)
+def cmd_resume(args: argparse.Namespace) -> int:
+    from client.runs import is_locked
+    from client.runstate import RunState
+    from state import EventLog
+
+    log = EventLog()
+    try:
+        state = RunState.load(log, args.run)
+    except KeyError as exc:
+        return _fail(str(exc.args[0]))
+    if state.ended is not None and state.ended.get("state") != "failed":
+        print(f"run {args.run} has finished ({state.ended.get('state')}: {state.ended.get('reason')}); "
+              "nothing to resume")
+        return 0
+    if is_locked(log.path, args.run):
+        return _fail(f"run {args.run} is running in another process", 1)
+    start = state.start
+    policy = make_policy(str(start.get("policy") or "tuner"), start.get("model"), dict(start.get("policy_options") or {}))
+    spec = server_spec(dict(start.get("server") or {}), args.run, log.path.parent)
+    options = loop_options(dict(start.get("options") or {}))
+    return _execute(log, args.run, spec, policy, options, args, resume=True)
+
+
+# -- status -------------------------------------------------------------------------------------------
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", nargs="?", help="run id (default: the newest run)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable: run_id, state (running, interrupted, finished, failed), steps, best, ...")
+
+
+@cli.command("status", "the state of a run: running, interrupted, finished or failed; steps, best, budget")(
+    _status_args)
+def cmd_status(args: argparse.Namespace) -> int:
+    from client.runs import latest_run, status_data
+    from state import EventLog
+
+    with EventLog() as log:
+        run_id = args.run or latest_run(log)
+        if run_id is None:
+            return _fail("no runs yet (start one with `marathon run --problem NAME`)", 1)
+        try:
+            data = status_data(log, run_id)
+        except KeyError as exc:
+            return _fail(str(exc.args[0]))
+    cli.emit(data, args.json, format_status)
+    return 0
+
+
+def format_status(d: dict[str, Any]) -> str:
+    best = d.get("best") or {}
+    if best:
+        nums = [best.get("outcome") or "?"]
+        if best.get("median_us") is not None:
+            nums.append(f"{best['median_us']:.4g} us")
+        if best.get("speedup") is not None:
+            nums.append(f"{best['speedup']:.3g}x")
+        where = f"attempt #{best.get('attempt_id')}" + (f", step {best['step']}" if best.get("step") else "")
+        best_s = f"{', '.join(nums)} ({where}" + (f", {best['device']})" if best.get("device") else ")")
+    else:
+        best_s = "none yet"
+    end = f" ({d['end_state']}: {d['reason']})" if d.get("end_state") else ""
+    spend = d.get("spend") or {}
+    lines = [f"run {d['run_id']}: {d['state']}{end}",
+             f"  {d['problem']}/{d['shape']}, policy {d.get('policy')}" + (f" ({d['model']})" if d.get("model") else ""),
+             f"  steps {d['steps']}" + (f" of {d['budget']['steps']}" if (d.get("budget") or {}).get("steps") else "")
+             + f", turns {d['turns']}, attempts {d['attempts']}: "
+             + (", ".join(f"{k} {v}" for k, v in (d.get("outcomes") or {}).items()) or "-"),
+             f"  best: {best_s}",
+             f"  spent: {spend.get('active_s', 0) / 3600:.2f} h active, {spend.get('tokens_in', 0) + spend.get('tokens_out', 0):,}"
+             f" tokens, ${spend.get('cost_usd', 0):.2f}, {spend.get('compactions', 0)} compactions, "
+             f"{d.get('sessions', 1)} session(s)"]
+    if d["state"] == "interrupted":
+        lines.append(f"  continue with: marathon resume {d['run_id']}")
+    return "\n".join(lines)
+
+
+# -- report -------------------------------------------------------------------------------------------
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", nargs="?", help="run id (default: the newest run)")
+    p.add_argument("--out", metavar="DIR", help="where to write progress.png and report.md "
+                                                "(default $MARATHON_HOME/reports/RUN)")
+
+
+@cli.command("report", "a run's report: a PNG of best-so-far over time and steps, and a Markdown summary")(
+    _report_args)
+def cmd_report(args: argparse.Namespace) -> int:
+    from client.report import write_report
+    from client.runs import latest_run
+    from state import EventLog
+
+    with EventLog() as log:
+        run_id = args.run or latest_run(log)
+        if run_id is None:
+            return _fail("no runs yet", 1)
+        out = Path(args.out) if args.out else log.path.parent / "reports" / run_id
+        try:
+            folder = write_report(log, run_id, out)
+        except KeyError as exc:
+            return _fail(str(exc.args[0]))
+    print(f"{folder / 'report.md'}\n{folder / 'progress.png'}")
+    return 0
