@@ -256,7 +256,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if is_locked(log.path, args.run):
         return _fail(f"run {args.run} is running in another process", 1)
     start = state.start
-    policy = make_policy(str(start.get("policy") or "tuner"), start.get("model"), dict(start.get("policy_options") or {}))
+    policy = make_policy(str(start.get("policy") or "tuner"), start.get("model"),
+                         dict(start.get("policy_options") or {}))
     spec = server_spec(dict(start.get("server") or {}), args.run, log.path.parent)
     options = loop_options(dict(start.get("options") or {}))
     return _execute(log, args.run, spec, policy, options, args, resume=True)
@@ -302,14 +303,16 @@ def format_status(d: dict[str, Any]) -> str:
         best_s = "none yet"
     end = f" ({d['end_state']}: {d['reason']})" if d.get("end_state") else ""
     spend = d.get("spend") or {}
+    model = f" ({d['model']})" if d.get("model") else ""
+    of = f" of {d['budget']['steps']}" if (d.get("budget") or {}).get("steps") else ""
+    outcomes = ", ".join(f"{k} {v}" for k, v in (d.get("outcomes") or {}).items()) or "-"
+    tokens = spend.get("tokens_in", 0) + spend.get("tokens_out", 0)
     lines = [f"run {d['run_id']}: {d['state']}{end}",
-             f"  {d['problem']}/{d['shape']}, policy {d.get('policy')}" + (f" ({d['model']})" if d.get("model") else ""),
-             f"  steps {d['steps']}" + (f" of {d['budget']['steps']}" if (d.get("budget") or {}).get("steps") else "")
-             + f", turns {d['turns']}, attempts {d['attempts']}: "
-             + (", ".join(f"{k} {v}" for k, v in (d.get("outcomes") or {}).items()) or "-"),
+             f"  {d['problem']}/{d['shape']}, policy {d.get('policy')}{model}",
+             f"  steps {d['steps']}{of}, turns {d['turns']}, attempts {d['attempts']}: {outcomes}",
              f"  best: {best_s}",
-             f"  spent: {spend.get('active_s', 0) / 3600:.2f} h active, {spend.get('tokens_in', 0) + spend.get('tokens_out', 0):,}"
-             f" tokens, ${spend.get('cost_usd', 0):.2f}, {spend.get('compactions', 0)} compactions, "
+             f"  spent: {spend.get('active_s', 0) / 3600:.2f} h active, {tokens:,} tokens, "
+             f"${spend.get('cost_usd', 0):.2f}, {spend.get('compactions', 0)} compactions, "
              f"{d.get('sessions', 1)} session(s)"]
     if d["state"] == "interrupted":
         lines.append(f"  continue with: marathon resume {d['run_id']}")

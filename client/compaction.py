@@ -86,10 +86,9 @@ def _step_line(rec: AttemptRec) -> str:
 def log_summary(state: RunState, hidden: list[TurnEntry], turn_texts: dict[int, str]) -> str:
     """The deterministic summary: everything in it is read from the log (via the RunState)."""
     last_step = max((s for e in hidden for s in e.steps), default=0)
-    first_turn = hidden[0].turn if hidden else 0
     last_turn = hidden[-1].turn if hidden else 0
-    lines = [f"[summary of turns {first_turn}-{last_turn} (steps up to {last_step}); the full record stays in the "
-             "event log: `attempts` and `attempt` read it back]", "## Strategies and outcomes"]
+    lines = [f"[summary of turns 1-{last_turn} (steps 1-{last_step}), from the event log, which keeps the full "
+             "record: `attempts` and `attempt` read it back]", "## Strategies and outcomes"]
     done = [a for a in state.attempts if a.step is not None and a.step <= last_step]
     if len(done) > STEP_LINES:
         older = done[:-STEP_LINES]

@@ -50,7 +50,7 @@ from client.results import (
 )
 from client.runs import process_identity
 from client.runstate import RunState, attempt_from_result
-from client.transcript import Transcript, estimate_tokens, message_chars
+from client.transcript import Transcript, estimate_tokens
 from state import Event, EventLog, canonical_json, intent_key
 
 log = logging.getLogger("marathon.client")
@@ -133,9 +133,13 @@ class Loop:
         self.model_errors_in_row = 0
         self.timings = {"policy_s": 0.0, "tools_s": 0.0, "steps": 0}
         self._ratio = 1.0  # provider-reported tokens / estimated tokens, from the newest turn with usage
-        self._tools = [*link.tools, READ_RESOURCE]
+        self._tools: list[Any] = []
+        self._tools_chars = 0
+        self._set_tools()
         self._turn_texts: dict[int, str] = {}
         self._latency = 0.0
+        self._shared = False
+        self._asked_tokens = 0
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -157,7 +161,7 @@ class Loop:
 
     async def run(self) -> RunEnd:
         await self.link.ensure()
-        self._tools = [*self.link.tools, READ_RESOURCE]
+        self._set_tools()
         try:
             await self._recover()
             while True:
@@ -211,6 +215,7 @@ class Loop:
 
     async def _ask(self) -> Turn | None:
         ctx = self.context()
+        self._asked_tokens = int(estimate_tokens(self._fixed_chars(ctx) + self.transcript.chars()) * self._ratio)
         started = time.perf_counter()
         try:
             if self.model_policy:
@@ -236,7 +241,7 @@ class Loop:
 
     def _calibrate(self, ctx: TurnContext, turn: Turn) -> None:
         if turn.usage.input_tokens > 0:
-            est = estimate_tokens(self._fixed_chars(ctx) + sum(message_chars(m) for m in ctx.messages))
+            est = estimate_tokens(self._fixed_chars(ctx) + self.transcript.chars())
             if est > 0:
                 self._ratio = max(0.5, min(4.0, turn.usage.input_tokens / est))
 
@@ -268,7 +273,7 @@ class Loop:
         payload: dict[str, Any] = {"turn": turn_no, "text": turn.text, "calls": planned,
                    "requested": len(turn.tool_calls), "usage": usage, "model": turn.model,
                    "policy": self.policy.name, "stop_reason": turn.stop_reason,
-                   "latency_s": round(self._latency, 4), "nudge": nudge}
+                   "latency_s": round(self._latency, 4), "nudge": nudge, "context_tokens": self._asked_tokens}
         batch: list[tuple[Any, ...]] = [("model.turn", payload, self.run_id, f"turn:{self.run_id}:{turn_no}")]
         if planned:
             batch.append(self._call_spec(planned[0], turn_no))
@@ -342,19 +347,20 @@ class Loop:
                 answer, status = ToolAnswer(False, text), "timeout"
             except LinkDown as exc:
                 tries += 1
+                if tries > self.options.link_retries:
+                    raise
+                await self.link.ensure()  # a new connection: a spawned server is a new process by now
+                self._set_tools()
                 settled = self._settle_from_log(p, call_ev.id)
                 if settled is not None:
                     self.timings["tools_s"] += time.perf_counter() - started
                     return settled
-                if not self._safe(tool):
+                if not self._safe(tool) and not self._never_reached(p, call_ev.id):
                     self.timings["tools_s"] += time.perf_counter() - started
+                    self._close_server_intent(p, call_ev.id)
                     return {"ok": False, "status": "interrupted", "text": interrupted_text(tool) +
                             f" (the connection broke: {exc})"}
-                if tries > self.options.link_retries:
-                    raise
-                self._say(f"step {step}: the connection broke ({exc}); reconnecting and sending {tool} again")
-                await self.link.ensure()
-                self._tools = [*self.link.tools, READ_RESOURCE]
+                self._say(f"step {step}: the connection broke ({exc}); reconnected, sending {tool} again")
         self.timings["tools_s"] += time.perf_counter() - started
         if status == "ok" and not answer.ok:
             status = "tool_error"
@@ -390,20 +396,60 @@ class Loop:
                 return ev, self.log.by_key(f"result:{ev.id}")
         return None, None
 
+    def _log_shared(self) -> bool:
+        """Whether the server writes to this client's log (stdio and in-process servers on one home do)."""
+        if not self._shared:
+            self._shared = bool(self.log.events(run_id=self.run_id, kinds=["tool.intent"], limit=1))
+        return self._shared
+
+    def _never_reached(self, call: dict[str, Any], call_event_id: int) -> bool:
+        """True when the log proves the server never started this call: it shares the log, and it has no
+        intent for the call_id. Asked after the connection was rebuilt, when the server that might
+        have been running the call is gone, so the answer cannot change under us."""
+        intent, _ = self._server_call(call, call_event_id)
+        return intent is None and self._log_shared()
+
+    def _close_server_intent(self, call: dict[str, Any], call_event_id: int) -> None:
+        intent, result = self._server_call(call, call_event_id)
+        if intent is not None and result is None:
+            self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": False, "result": None,
+                                            "error": "interrupted: the client stopped waiting for this call"},
+                            run_id=self.run_id, key=f"result:{intent.id}")
+
     def _settle_from_log(self, call: dict[str, Any], call_event_id: int) -> dict[str, Any] | None:
         """The result of a call the server finished (its tool.result is in the shared log), else None."""
         tool = call["tool"]
         if tool not in RECOVERABLE:
             return None
         intent, result = self._server_call(call, call_event_id)
-        if intent is None or result is None:
+        if intent is None:
             return None
+        if result is None:
+            return self._settle_from_attempt(call, intent)
         body = result.payload.get("result")
         structured = dict(body) if isinstance(body, dict) else None
         if tool == "note" and isinstance(body, dict) and body.get("note_id") is not None:
             structured = {"id": body["note_id"]}
         answer = ToolAnswer(bool(result.payload.get("ok")), recovered_text(tool, result.payload), structured)
         return self._result(call, answer, "recovered")
+
+    def _settle_from_attempt(self, call: dict[str, Any], intent: Event) -> dict[str, Any] | None:
+        """A compile/profile whose verdict the server logged (its attempt event) but not its result: the
+        candidate was judged, so it is not judged again; the server's intent is closed with it."""
+        if call["tool"] not in ("compile", "profile"):
+            return None
+        found = [e for e in self.log.events(run_id=self.run_id, kinds=["attempt"], after_id=intent.id, limit=50)
+                 if e.payload.get("intent_id") == intent.id]
+        if not found:
+            return None
+        att = found[0]
+        structured = attempt_report(att)
+        self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": bool(structured["ok"]),
+                                        "result": structured, "error": att.payload.get("error")},
+                        run_id=self.run_id, key=f"result:{intent.id}")
+        text = recovered_text(call["tool"], {"result": structured})
+        return self._result(call, ToolAnswer(bool(structured["ok"]) and att.payload.get("outcome") in
+                                             ("correct", "compiled"), text, structured), "recovered")
 
     async def _recover(self) -> None:
         """Settle the calls a stopped process left open, then run the newest turn's unstarted calls."""
@@ -415,11 +461,7 @@ class Loop:
                 self._say(f"step {step}: {call['tool']} was in flight when the run stopped; sending it again")
                 settled = await self._execute(call_ev, rerun=True)
             elif settled is None:
-                intent, _ = self._server_call(call, call_ev.id)
-                if intent is not None:  # close the server's own record of the call too
-                    self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": False,
-                                                    "result": None, "error": "interrupted: the client stopped"},
-                                    run_id=self.run_id, key=f"result:{intent.id}")
+                self._close_server_intent(call, call_ev.id)  # the server's own record of the call, too
                 settled = {"ok": False, "status": "interrupted", "text": interrupted_text(call["tool"])}
             await self._finish(call_ev, settled)
         turn = self.state.last_turn
@@ -434,9 +476,15 @@ class Loop:
 
     # -- compaction ---------------------------------------------------------------------------------
 
+    def _set_tools(self) -> None:
+        self._tools = [*self.link.tools, READ_RESOURCE]
+        self._tools_chars = sum(len(t.name) + len(t.description) + len(canonical_json(t.input_schema))
+                                for t in self._tools)
+
     def _fixed_chars(self, ctx: TurnContext | None = None) -> int:
-        tools = sum(len(t.name) + len(t.description) + len(canonical_json(t.input_schema)) for t in self._tools)
-        return len(self.system) + tools + len(pinned_text(self.state)) + 64
+        """What every context holds whatever is hidden: system prompt, tool schemas, the pinned block."""
+        pinned = len(ctx.messages[-1].content) if ctx is not None else len(pinned_text(self.state))
+        return len(self.system) + self._tools_chars + pinned + 64
 
     def context_tokens(self) -> int:
         """The context's size in tokens: chars/4, scaled by what the provider last reported."""
@@ -507,6 +555,26 @@ class Loop:
         if self.progress is not None:
             self.progress(text)
         log.info("%s", text)
+
+
+def attempt_report(att: Event) -> dict[str, Any]:
+    """A tool result rebuilt from an attempt event (the numbers the server logged for the candidate)."""
+    a = att.payload
+    outcome = a.get("outcome")
+    report: dict[str, Any] = {
+        "problem": a.get("problem"), "shape": a.get("shape"), "ok": outcome in ("correct", "compiled", "incorrect"),
+        "correct": outcome == "correct", "error_class": a.get("error_class"), "error": a.get("error"),
+        "max_rel_err": a.get("max_rel_err"), "speedup": a.get("speedup"), "device": {"name": a.get("device")},
+        "attempt_id": att.id, "source_sha": a.get("source_sha"), "recovered_from_attempt": True}
+    if a.get("median_us") is not None:
+        report["timing"] = {"median_us": a["median_us"], "spread_pct": a.get("spread_pct"),
+                            "mode": a.get("timing_mode")}
+    if a.get("baseline"):
+        report["baseline"] = {"name": a["baseline"], "median_us": a.get("baseline_us")}
+    if a.get("tool") == "compile":
+        report["ok"] = outcome == "compiled"
+        report["kernels"] = a.get("kernels") or []
+    return report
 
 
 def _left(state: RunState) -> str:

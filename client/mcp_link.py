@@ -187,9 +187,10 @@ class Link:
     async def close(self) -> None:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                with anyio.move_on_after(15):
-                    await stack.aclose()
+            # Not inside a cancel scope of our own: the client's task group must be exited in the scope it
+            # was entered in. A spawned server is terminated (then killed) by the stdio transport itself.
+            with contextlib.suppress(Exception):
+                await stack.aclose()
         self._close_errlog()
 
     def _close_errlog(self) -> None:
@@ -229,14 +230,16 @@ class Link:
         """One tool call. CallTimeout or LinkDown when no answer came (the call may have run)."""
         await self.ensure()
         try:
-            with anyio.fail_after(timeout):
-                result = await self._client.call_tool(name, args, read_timeout_seconds=timeout + 5,
+            # The session's own per-request timeout answers first (the connection stays usable); the
+            # outer limit is a backstop for a transport that stops delivering even that.
+            with anyio.fail_after(timeout + 10):
+                result = await self._client.call_tool(name, args, read_timeout_seconds=timeout,
                                                       meta=self.meta(call_id))
-        except TimeoutError:
-            log.warning("%s did not answer within %.0f s; rebuilding the connection", name, timeout)
-            await self._break()
-            raise CallTimeout(f"{name}: no answer within {timeout:.0f} s") from None
         except Exception as exc:
+            if isinstance(exc, TimeoutError) or getattr(exc, "code", None) == _request_timeout():
+                log.warning("%s did not answer within %.0f s; rebuilding the connection", name, timeout)
+                await self._break()
+                raise CallTimeout(f"{name}: no answer within {timeout:g} s") from None
             if _is_tool_level(exc):
                 return ToolAnswer(False, f"{name} failed: {exc}", None)
             await self._break()
@@ -250,10 +253,10 @@ class Link:
         try:
             with anyio.fail_after(timeout):
                 result = await self._client.read_resource(uri, meta=self.meta(None))
-        except TimeoutError:
-            await self._break()
-            raise CallTimeout(f"read_resource {uri}: no answer within {timeout:.0f} s") from None
         except Exception as exc:
+            if isinstance(exc, TimeoutError) or getattr(exc, "code", None) == _request_timeout():
+                await self._break()
+                raise CallTimeout(f"read_resource {uri}: no answer within {timeout:g} s") from None
             if _is_tool_level(exc):
                 return ToolAnswer(False, f"cannot read {uri}: {exc}", None)
             await self._break()
@@ -271,6 +274,12 @@ class Link:
             return True
         ann = self.annotations.get(tool) or {}
         return bool(ann.get("read_only_hint") or ann.get("idempotent_hint"))
+
+
+def _request_timeout() -> int:
+    from mcp_types import REQUEST_TIMEOUT
+
+    return int(REQUEST_TIMEOUT)
 
 
 def _is_tool_level(exc: BaseException) -> bool:

@@ -127,9 +127,10 @@ def markdown(log: Any, state: RunState) -> str:
     live = liveness(log.path, state)
     ended = state.ended or {}
     turn_texts = _turn_texts(log, state.run_id)
+    model = f" ({state.start.get('model')})" if state.start.get("model") else ""
     lines = [f"# Run {state.run_id}: {goal.problem} at shape {goal.shape}", "",
              f"State: **{live}**" + (f" ({ended.get('state')}: {ended.get('reason')})" if ended else ""),
-             f"Policy: {state.start.get('policy')}" + (f" ({state.start.get('model')})" if state.start.get("model") else ""),
+             f"Policy: {state.start.get('policy')}{model}",
              "", "## Goal", "", "```text", str(state.start.get("goal", "")), "```", "", "## Baseline", ""]
     if state.baseline is not None:
         lines.append(f"{state.baseline[0]}: {state.baseline[1]:.4g} us median.")
@@ -141,7 +142,8 @@ def markdown(log: Any, state: RunState) -> str:
     if state.best_source:
         lines += ["", "```python", state.best_source.rstrip(), "```"]
     lines += ["", "## Progress", "", "![best so far over time and steps](progress.png)", "",
-              "| step | tool | outcome | median us | speedup | proposed as |", "| ---: | --- | --- | ---: | ---: | --- |"]
+              "| step | tool | outcome | median us | speedup | proposed as |",
+              "| ---: | --- | --- | ---: | ---: | --- |"]
     rows = [a for a in state.attempts if a.step is not None]
     if len(rows) > TABLE_ROWS:
         lines.append(f"| ... | | {len(rows) - TABLE_ROWS} earlier attempts | | | |")

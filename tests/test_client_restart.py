@@ -32,7 +32,6 @@ from tests.test_client_common import (
     STARTER,
     Scripted,
     check_invariants,
-    cycle_turn,
     in_process,
     new_run,
     run_in_process,
@@ -179,8 +178,10 @@ def test_kill_nine_against_a_real_stdio_server(tmp_path: Path) -> None:
               "log = EventLog()\n"
               "resume = bool(log.events(run_id='stdio', kinds=['run.start'], limit=1))\n"
               "if not resume: new_run(log, 'stdio', 300)\n"
-              "spec = ServerSpec(env=server_env('stdio', Path(sys.argv[1])), errlog=Path(sys.argv[1]) / 'serve.err')\n"
-              "end, loop = anyio.run(functools.partial(drive, log, spec, Scripted(cycle_turn), 'stdio', resume=resume))\n"
+              "home = Path(sys.argv[1])\n"
+              "spec = ServerSpec(env=server_env('stdio', home), errlog=home / 'serve.err')\n"
+              "go = functools.partial(drive, log, spec, Scripted(cycle_turn), 'stdio', resume=resume)\n"
+              "end, loop = anyio.run(go)\n"
               "print(end.state)\n")
     rng = random.Random(7)
     db = tmp_path / "marathon.db"
