@@ -55,9 +55,13 @@ def make_policy(name: str, model: str | None, options: dict[str, Any]) -> Any:
         return TunerPolicy(model, **options)
     try:
         from client.providers import make_provider
+        from client.providers.config import ProviderConfigError
     except ImportError as exc:
         raise SystemExit(f"marathon: policy {name!r} needs the model providers (client.providers): {exc}") from None
-    return make_provider(name, model, **options)
+    try:
+        return make_provider(name, model, **options)
+    except ProviderConfigError as exc:
+        raise SystemExit(f"marathon: {exc}") from None
 
 
 def server_spec(described: dict[str, Any], run_id: str, home: Path) -> Any:
@@ -220,6 +224,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     described = ({"kind": "http", "url": args.server, "token_env": args.token_env} if args.server
                  else {"kind": "stdio", "command": None})
     spec = server_spec(described, run_id, home)
+    if args.context_window is None and isinstance(getattr(policy, "context_window", None), int):
+        args.context_window = policy.context_window  # the provider knows its model's window
     options = loop_options(None, args)
     if log.events(run_id=run_id, kinds=["run.start"], limit=1):
         return _fail(f"run {run_id} exists already; `marathon resume {run_id}` continues it")

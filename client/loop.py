@@ -527,6 +527,8 @@ class Loop:
         ev = self.log.append("compaction", payload, run_id=self.run_id, key=f"compaction:{self.run_id}:{chosen.cut_id}")
         self.state.fold(ev)
         self.transcript.compact(chosen.cut_id, summary)
+        keep_from = self.state.steps_started - 200  # the summaries list at most the newest few dozen steps
+        self._turn_texts = {k: v for k, v in self._turn_texts.items() if k > keep_from}
         if self.context_tokens() >= cfg.limit:
             self.transcript.clip_results()
         self.hook("compaction")

@@ -70,7 +70,7 @@ def pinned_text(state: RunState, now: float | None = None) -> str:
         lines.append("Target: met (" + met + ")." if met else "Target: not met yet.")
     n = len(state.attempts)
     if n:
-        tools = ", ".join(f"{t} {c}" for t, c in sorted(_count(a.tool for a in state.attempts).items()))
+        tools = ", ".join(f"{t} {c}" for t, c in sorted(state.attempt_tools.items()))
         outcomes = ", ".join(f"{o} {c}" for o, c in state.outcomes.most_common())
         lines.append(f"Attempts this run: {n} ({tools}): {outcomes}.")
     else:
@@ -121,10 +121,3 @@ def pinned_dict(state: RunState, now: float | None = None) -> dict[str, Any]:
         "notes": [{"id": n.id, "text": n.text, "tags": n.tags} for n in state.notes],
         "budget_left": state.budget_left(now, live=True),
     }
-
-
-def _count(items: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in items:
-        out[item] = out.get(item, 0) + 1
-    return out

@@ -191,6 +191,7 @@ class RunState:
         self.first_best: AttemptRec | None = None  # the best from elsewhere, known before this run's first attempt
         self.baseline: tuple[str, float, int | None] | None = None  # name, median us, step measured
         self.outcomes: Counter[str] = Counter()
+        self.attempt_tools: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.streak_class: str | None = None
         self.streak = 0
@@ -356,6 +357,7 @@ class RunState:
         if rec.key is not None and rec.key not in self.tried:
             self.tried[rec.key] = rec
         self.outcomes[rec.outcome] += 1
+        self.attempt_tools[rec.tool] += 1
         if rec.outcome in NOT_FAILURES:
             self.streak_class, self.streak, self.streak_error = None, 0, None
         else:

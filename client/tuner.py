@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,6 +133,7 @@ class TunerPolicy:
         self._proposed: set[str] = set()
         self._noted = False
         self._counter = 0
+        self._session = uuid.uuid4().hex[:6]  # call ids stay unique across restarts of the run
 
     # -- the turn -----------------------------------------------------------------------------------
 
@@ -181,7 +183,7 @@ class TunerPolicy:
 
     def _call(self, tool: str, args: dict[str, Any], purpose: str, text: str) -> Turn:
         self._counter += 1
-        call_id = f"tuner_{self._counter}_{purpose}"
+        call_id = f"tuner_{self._session}_{self._counter}_{purpose}"
         self._asked[call_id] = purpose
         return Turn(text=text, tool_calls=(ToolCall(call_id, tool, args),), model=self.model)
 
