@@ -296,11 +296,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def format_status(d: dict[str, Any]) -> str:
+    from client.runstate import fmt_us
+
     best = d.get("best") or {}
     if best:
         nums = [best.get("outcome") or "?"]
         if best.get("median_us") is not None:
-            nums.append(f"{best['median_us']:.4g} us")
+            nums.append(f"{fmt_us(best['median_us'])} us")
         if best.get("speedup") is not None:
             nums.append(f"{best['speedup']:.3g}x")
         where = f"attempt #{best.get('attempt_id')}" + (f", step {best['step']}" if best.get("step") else "")

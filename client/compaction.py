@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from client.policy import Message, Policy, ToolSpec, Turn, TurnContext
-from client.runstate import AttemptRec, RunState
-from client.transcript import Transcript, TurnEntry, estimate_tokens
+from client.policy import Message, Policy, Turn, TurnContext
+from client.runstate import AttemptRec, RunState, fmt_us
+from client.transcript import Transcript, TurnEntry
 
 MODEL_FREE = frozenset({"tuner", "scripted"})
 STEP_LINES = 30  # step lines a deterministic summary keeps; older steps are counted, not listed
@@ -105,7 +105,7 @@ def log_summary(state: RunState, hidden: list[TurnEntry], turn_texts: dict[int, 
     lines.append("## What the profiler said")
     profiles = [a for a in done if a.tool == "profile"][-5:]
     for rec in profiles:
-        extra = f", baseline {rec.baseline} {rec.baseline_us:.4g} us" if rec.baseline_us else ""
+        extra = f", baseline {rec.baseline} {fmt_us(rec.baseline_us)} us" if rec.baseline_us else ""
         lines.append(f"- step {rec.step}: {rec.numbers()}{extra}" + (f" on {rec.device}" if rec.device else ""))
     if not profiles:
         lines.append("- no profile in these turns")
@@ -144,7 +144,7 @@ def summary_context(system: str, first: Message, previous: str | None, hidden: l
     for entry in hidden:
         messages.extend(entry.messages)
     messages.append(Message(role="user", content=SUMMARY_REQUEST))
-    return TurnContext(system=system, messages=messages, tools=list[ToolSpec](), pinned=pinned,
+    return TurnContext(system=system, messages=messages, tools=[], pinned=pinned,
                        max_output_tokens=1500)
 
 
@@ -156,7 +156,3 @@ def model_summary_text(turn: Turn, facts: str, cfg: CompactionConfig) -> str:
         text = text[:cap] + "\n[summary cut]"
     steps = facts.split("## What the profiler said")[0].split("## Strategies and outcomes", 1)[-1].strip()
     return f"{text}\n\n## Steps, as the log records them\n{steps}"
-
-
-def tokens_of(chars: int) -> int:
-    return estimate_tokens(chars)

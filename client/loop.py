@@ -49,7 +49,7 @@ from client.results import (
     trim_structured,
 )
 from client.runs import process_identity
-from client.runstate import RunState, attempt_from_result
+from client.runstate import RunState, attempt_from_result, fmt_us
 from client.transcript import Transcript, estimate_tokens
 from state import Event, EventLog, canonical_json, intent_key
 
@@ -547,7 +547,7 @@ class Loop:
             best_s = "-"
         else:
             best_s = (f"{best.speedup:.3g}x" if best.speedup is not None else
-                      f"{best.median_us:.4g}us" if best.median_us is not None else "untimed")
+                      f"{fmt_us(best.median_us)}us" if best.median_us is not None else "untimed")
             if best.attempt_id is not None:
                 best_s += f" #{best.attempt_id}"
         self.progress(f"step {step:<7} {result['tool']:<13} {short_outcome(result):<34.34} | best {best_s} | "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client.runstate import RunState
+from client.runstate import RunState, fmt_us
 
 STUCK_AFTER = 3  # consecutive failures of one class before the block names them
 REPEAT_AFTER = 3  # consecutive identical calls before the block names them
@@ -60,7 +60,7 @@ def pinned_text(state: RunState, now: float | None = None) -> str:
              "the whole task)."]
     if state.baseline is not None:
         name, us, step = state.baseline
-        lines.append(f"Baseline: {name} {us:.4g} us" + (f" (measured with the profile at step {step})." if step
+        lines.append(f"Baseline: {name} {fmt_us(us)} us" + (f" (measured with the profile at step {step})." if step
                                                           else " (from an earlier profile)."))
     else:
         lines.append("Baseline: not measured yet (the first timed profile reports it; CPU runs are not timed).")

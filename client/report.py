@@ -16,7 +16,7 @@ from typing import Any
 
 from client.pinned import best_line
 from client.runs import liveness
-from client.runstate import AttemptRec, RunState
+from client.runstate import AttemptRec, RunState, fmt_us
 
 MARKERS: dict[str, tuple[str, str]] = {  # outcome -> (matplotlib marker, colour)
     "correct": ("o", "#2a9d3f"), "compiled": ("s", "#6c8ebf"), "incorrect": ("x", "#d62728"),
@@ -39,15 +39,18 @@ def _value(rec: AttemptRec, metric: str) -> float | None:
 
 
 def best_series(attempts: list[AttemptRec], metric: str, start: AttemptRec | None) -> list[float | None]:
-    """Best-so-far after each attempt (None until something is timed)."""
-    better = (lambda a, b: a > b) if metric == "speedup" else (lambda a, b: a < b)
-    best = _value(start, metric) if start is not None else None
+    """The metric of the best attempt after each attempt (None until something correct is timed).
+
+    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time. Its
+    speedup is the one measured with it, so when the baseline's own timing wanders between profiles
+    the curve can show a slower kernel's luckier ratio as a marker above it, never as the best.
+    """
+    best = start if start is not None and _value(start, metric) is not None else None
     out: list[float | None] = []
     for rec in attempts:
-        v = _value(rec, metric)
-        if v is not None and (best is None or better(v, best)):
-            best = v
-        out.append(best)
+        if _value(rec, metric) is not None and rec.better_than(best):
+            best = rec
+        out.append(_value(best, metric) if best is not None else None)
     return out
 
 
@@ -66,7 +69,7 @@ def plot(state: RunState, path: Path) -> None:
         hours, unit = [h * 60 for h in hours], "minutes"
     steps = [a.step or 0 for a in attempts]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    label = {"speedup": "best speedup over the baseline (x)", "median_us": "best median time (us, lower is better)",
+    label = {"speedup": "speedup of the best kernel (x)", "median_us": "best median time (us, lower is better)",
              "none": "outcome (nothing was timed)"}[metric]
     outcomes = [o for o in MARKERS if any(a.outcome == o for a in attempts)]
     for ax, xs, xlabel in ((axes[0], hours, f"active {unit} since the start"), (axes[1], steps, "step")):
@@ -84,7 +87,7 @@ def plot(state: RunState, path: Path) -> None:
                 ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color="#1f77b4", label="best so far")
             timed = [_value(a, metric) for a in attempts]
             known = [v for v in timed if v is not None]
-            floor = (min(known) if metric == "speedup" else max(known)) if known else 0.0
+            floor = (min(known) * 0.95 if metric == "speedup" else max(known) * 1.05) if known else 0.0
             for a, x, v in zip(attempts, xs, timed):
                 marker, colour = MARKERS.get(a.outcome, ("*", "#000000"))
                 ax.scatter([x], [v if v is not None else floor], marker=marker, color=colour, s=36,
@@ -133,7 +136,7 @@ def markdown(log: Any, state: RunState) -> str:
              f"Policy: {state.start.get('policy')}{model}",
              "", "## Goal", "", "```text", str(state.start.get("goal", "")), "```", "", "## Baseline", ""]
     if state.baseline is not None:
-        lines.append(f"{state.baseline[0]}: {state.baseline[1]:.4g} us median.")
+        lines.append(f"{state.baseline[0]}: {fmt_us(state.baseline[1])} us median.")
     else:
         lines.append("Not measured in this run (no timed profile: on a CPU the kernels are only checked).")
     lines += ["", "## Best kernel", "", f"{best_line(state)}."]
@@ -149,7 +152,7 @@ def markdown(log: Any, state: RunState) -> str:
         lines.append(f"| ... | | {len(rows) - TABLE_ROWS} earlier attempts | | | |")
         rows = rows[-TABLE_ROWS:]
     for a in rows:
-        us = f"{a.median_us:.4g}" if a.median_us is not None else "-"
+        us = fmt_us(a.median_us) if a.median_us is not None else "-"
         sp = f"{a.speedup:.3g}" if a.speedup is not None else "-"
         why = turn_texts.get(a.step or 0, "").replace("|", "\\|")[:140]
         outcome = a.outcome + (f" ({a.error_class})" if a.error_class and a.error_class != a.outcome else "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from client.runstate import AttemptRec
+from client.runstate import AttemptRec, fmt_us
 
 TEXT_CHARS = 50_000  # the longest result text the log keeps (the transcript shows less)
 BULKY = ("ptx", "sass", "ttgir", "llir", "asm")
@@ -29,9 +29,7 @@ def trim_structured(structured: dict[str, Any] | None) -> dict[str, Any] | None:
     if isinstance(out.get("trials"), list) and len(out["trials"]) > 4:
         out["trials"] = out["trials"][:4]
         out["trials_cut"] = True
-    if isinstance(out.get("best"), dict) and isinstance(out["best"].get("source"), str):
-        out["best"] = dict(out["best"])  # kept: the tuner and resume read the best kernel's source from here
-    return out
+    return out  # a `best` result keeps its source: the run state reads the best kernel from it
 
 
 def repeat_text(rec: AttemptRec, run_id: str) -> str:
@@ -109,7 +107,7 @@ def short_outcome(payload: dict[str, Any]) -> str:
         rec = AttemptRec.from_dict(attempt)
         text = rec.outcome
         if rec.median_us is not None:
-            text += f" {rec.median_us:.4g}us"
+            text += f" {fmt_us(rec.median_us)}us"
         if rec.speedup is not None:
             text += f" {rec.speedup:.3g}x"
         return text + ("" if status == "ok" or status == "tool_error" else f" ({status})")

@@ -35,6 +35,11 @@ OUTCOME_BY_CLASS: dict[str | None, str] = {
 NOT_FAILURES = ("correct", "compiled")
 
 
+def fmt_us(us: float) -> str:
+    """A time in microseconds as people read it: 41.23, 13,770."""
+    return f"{us:,.0f}" if us >= 1000 else f"{us:.4g}"
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -73,7 +78,7 @@ class AttemptRec:
     def numbers(self) -> str:
         parts = [self.outcome]
         if self.median_us is not None:
-            parts.append(f"{self.median_us:.4g} us")
+            parts.append(f"{fmt_us(self.median_us)} us")
         if self.speedup is not None:
             parts.append(f"{self.speedup:.3g}x")
         if self.max_rel_err is not None:

@@ -223,7 +223,7 @@ class TunerPolicy:
                 config = {}
         numbers = []
         if best.get("median_us") is not None:
-            numbers.append(f"{best['median_us']:.4g} us")
+            numbers.append(f"{best['median_us']:,.1f} us")
         if best.get("speedup") is not None:
             numbers.append(f"{best['speedup']:.3g}x")
         where = f"attempt #{best.get('attempt_id')}" if best.get("attempt_id") is not None else "no attempt"
