@@ -162,3 +162,19 @@ def check_invariants(db: Path, run_id: str, steps: int | None = None) -> dict[st
             statuses[r.payload["status"]] = statuses.get(r.payload["status"], 0) + 1
         return {"steps": len(calls), "turns": len(turns), "statuses": statuses, "notes": len(texts),
                 "resumes": len(by_kind.get("run.resume", [])), "end": ends[-1].payload if ends else None}
+
+
+def check_prefix(db: Path, run_id: str) -> int:
+    """What must hold after any kill, before the resume: started steps contiguous, no step with two
+    results, no result without its call, and at most the newest turn's calls still open. Returns the
+    number of open calls."""
+    with EventLog(db) as log:
+        calls = [e.payload["step"] for e in log.events(run_id=run_id, kinds=["agent.call"])]
+        results = [e.payload["step"] for e in log.events(run_id=run_id, kinds=["agent.result"])]
+        turns = log.events(run_id=run_id, kinds=["model.turn"])
+    assert sorted(calls) == list(range(1, len(calls) + 1)) and len(calls) == len(set(calls))
+    assert len(results) == len(set(results)) and set(results) <= set(calls)
+    open_steps = set(calls) - set(results)
+    newest = {c["step"] for c in turns[-1].payload["calls"]} if turns else set()
+    assert open_steps <= newest, (open_steps, newest)
+    return len(open_steps)

@@ -32,6 +32,7 @@ from tests.test_client_common import (
     STARTER,
     Scripted,
     check_invariants,
+    check_prefix,
     in_process,
     new_run,
     run_in_process,
@@ -74,6 +75,7 @@ def test_kill_nine_twenty_times_then_resume_to_the_same_invariants(tmp_path: Pat
     rng = random.Random(1234)
     landed = {"hook": 0, "timer": 0}
     progress = []
+    dangling = 0  # calls left open by the kills, each settled by the next resume
     for i in range(KILLS):
         by_hook = i % 2 == 0
         proc = _child(forkserver, home, "killed", rng.randint(1, 40) if by_hook else None, i)
@@ -87,6 +89,7 @@ def test_kill_nine_twenty_times_then_resume_to_the_same_invariants(tmp_path: Pat
         assert proc.exitcode is not None, "a child did not stop"
         if proc.exitcode == -signal.SIGKILL:
             landed["hook" if by_hook else "timer"] += 1
+        dangling += check_prefix(db, "killed")
         with EventLog(db) as log:
             state = RunState.load(log, "killed")
             progress.append(state.steps_done)
@@ -98,7 +101,9 @@ def test_kill_nine_twenty_times_then_resume_to_the_same_invariants(tmp_path: Pat
     assert final.exitcode == 0
     summary = check_invariants(db, "killed", STEPS)
     assert summary["end"]["state"] == "budget"
-    print(f"kills that landed: {landed}; steps done after each kill: {progress}; {summary}")
+    print(f"kills that landed: {landed}; steps done after each kill: {progress}; calls left open: {dangling}; "
+          f"{summary}")
+    assert dangling >= 3  # the kills did land in the middle of calls
     assert summary["resumes"] >= KILLS - 3  # a kill during a child's start-up may come before its run.resume
     assert progress == sorted(progress), "a resume lost committed steps"
     with EventLog(db) as log:
