@@ -122,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, reply: Reply) -> None:
         if reply.delay_s:
-            self.server.fake.stopped.wait(reply.delay_s)
+            self.server.fake.halting.wait(reply.delay_s)
         if reply.drop:
             self.close_connection = True
             try:
@@ -160,7 +160,8 @@ class FakeModelServer:
     def __init__(self, replies: Iterable[Reply] = (), *, max_lifetime_s: float = 60.0,
                  max_requests: int = 10_000) -> None:
         self.requests: list[RecordedRequest] = []
-        self.stopped = threading.Event()
+        self.stopped = threading.Event()  # set once the socket is closed
+        self.halting = threading.Event()  # set as stopping begins: wakes delayed replies
         self.max_lifetime_s = max_lifetime_s
         self.max_requests = max_requests
         self._replies: deque[Reply] = deque(replies)
@@ -224,17 +225,18 @@ class FakeModelServer:
         return self
 
     def _expire(self) -> None:
-        if not self.stopped.wait(self.max_lifetime_s):
+        if not self.halting.wait(self.max_lifetime_s):
             self.stop()
 
     def stop(self) -> None:
         with self._lock:
-            if self.stopped.is_set():
+            if self.halting.is_set():
                 return
-            self.stopped.set()
+            self.halting.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        self.stopped.set()
 
     def __enter__(self) -> FakeModelServer:
         return self.start()
