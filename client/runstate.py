@@ -23,15 +23,8 @@ from typing import Any
 from client.fingerprint import attempt_key, fingerprint
 from client.goal import Goal
 from state import Event
+from state.events import outcome_for
 
-# Outcome of an attempt from the error class a tool reported (as the server's Service classifies it).
-OUTCOME_BY_CLASS: dict[str | None, str] = {
-    None: "correct", "incorrect": "incorrect", "nan": "incorrect", "wrong_shape": "incorrect",
-    "wrong_output": "incorrect", "input_mutated": "incorrect", "rejected": "rejected",
-    "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
-    "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
-    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error",
-}
 NOT_FAILURES = ("correct", "compiled")
 
 
@@ -105,14 +98,14 @@ def attempt_from_result(tool: str, args: dict[str, Any], structured: dict[str, A
         return None
     cls = structured.get("error_class")
     if tool == "compile":
-        outcome = "compiled" if structured.get("ok") else OUTCOME_BY_CLASS.get(cls, "error")
+        outcome = outcome_for("compile", bool(structured.get("ok")), cls)
         error = None
         errors = structured.get("errors") or []
         if errors and isinstance(errors[0], dict):
             line = errors[0].get("line")
             error = f"{errors[0].get('message')}" + (f" (line {line})" if line else "")
     else:
-        outcome = OUTCOME_BY_CLASS.get(cls, "error") if structured.get("ok") or cls else "error"
+        outcome = outcome_for("profile", bool(structured.get("ok")), cls) if structured.get("ok") or cls else "error"
         if structured.get("ok") and structured.get("correct"):
             outcome = "correct"
         error = structured.get("error")

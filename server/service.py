@@ -18,19 +18,12 @@ from typing import Any
 
 from kernels import get_problem, list_problems, problem_names, solution_path, starter_path
 from state import EventLog, intent_key, state_dir
+from state.events import outcome_for
 from tools.compiler import compile_candidate
 from tools.pool import WorkerPool
 
 Progress = Callable[[dict[str, Any]], None]
 
-# Outcome of an attempt, from the error class a tool reported.
-_OUTCOME_BY_CLASS = {
-    None: "correct", "incorrect": "incorrect", "nan": "incorrect", "wrong_shape": "incorrect",
-    "wrong_output": "incorrect", "input_mutated": "incorrect", "rejected": "rejected",
-    "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
-    "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
-    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error",
-}
 
 
 class UnknownInput(ValueError):
@@ -93,10 +86,7 @@ class Service:
     def _attempt(self, tool: str, report: dict[str, Any], sha: str, run_id: str | None,
                  intent_id: int) -> int:
         cls = report.get("error_class")
-        if tool == "compile":
-            outcome = "compiled" if report.get("ok") else _OUTCOME_BY_CLASS.get(cls, "error")
-        else:
-            outcome = _OUTCOME_BY_CLASS.get(cls, "error")
+        outcome = outcome_for(tool, bool(report.get("ok")), cls)
         timing = report.get("timing") or {}
         device = report.get("device")
         payload = {

@@ -99,6 +99,26 @@ OUTCOMES: tuple[str, ...] = (
 """Attempt outcomes. "compiled" is a successful `compile` (no correctness run), so it is neither a
 success for best-so-far nor a failure."""
 
+OUTCOME_BY_ERROR_CLASS: dict[str | None, str] = {
+    None: "correct", "incorrect": "incorrect", "nan": "incorrect", "wrong_shape": "incorrect",
+    "wrong_output": "incorrect", "input_mutated": "incorrect", "rejected": "rejected",
+    "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
+    "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
+    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error",
+}
+"""The attempt outcome for each error class the tools report (None: no error). Unknown classes are
+"error". Kept here, with the event schema, so the server that writes attempts and a client that reads
+results (possibly from a remote server) classify alike."""
+
+
+def outcome_for(tool: str, ok: bool, error_class: str | None) -> str:
+    """The outcome of a compile or profile attempt from its result's `ok` and `error_class`."""
+    if ok and error_class is None:
+        return "compiled" if tool == "compile" else "correct"
+    if error_class is None:  # a failure that names no class
+        return "error"
+    return OUTCOME_BY_ERROR_CLASS.get(error_class, "error")
+
 ATTEMPT_TOOLS: tuple[str, ...] = ("profile", "compile")
 
 _NUMBER = "number"  # int or float, but not bool

@@ -266,3 +266,17 @@ def test_synchronous_choice() -> None:
         assert log._c().execute("PRAGMA synchronous").fetchone()[0] == 1
     with pytest.raises(ValueError, match="synchronous"):
         EventLog(synchronous="sometimes")
+
+
+def test_outcome_for_classifies_like_the_tools() -> None:
+    from state.events import OUTCOMES, outcome_for
+
+    assert outcome_for("profile", True, None) == "correct"
+    assert outcome_for("compile", True, None) == "compiled"
+    assert outcome_for("profile", False, "nan") == "incorrect"
+    assert outcome_for("profile", False, "cuda_error") == "crashed"
+    assert outcome_for("compile", False, "syntax_error") == "compile_error"
+    assert outcome_for("profile", False, None) == "error"
+    assert outcome_for("profile", False, "something_new") == "error"
+    for cls in ("rejected", "timeout", "incorrect", "crashed"):
+        assert outcome_for("profile", False, cls) in OUTCOMES
