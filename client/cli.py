@@ -118,6 +118,28 @@ def cmd_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run id (see `marathon status` or `marathon log`)")
+    p.add_argument("--out", metavar="FILE", help="write here instead of standard output")
+
+
+@command("export", "write every event of a run, with the kernel sources it names, as JSON Lines")(_export_args)
+def cmd_export(args: argparse.Namespace) -> int:
+    from state import EventLog
+
+    with EventLog() as log:
+        if not log.events(run_id=args.run, limit=1):
+            print(f"marathon: no events for run {args.run!r}", file=sys.stderr)
+            return 2
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as fp:
+                n = log.export_jsonl(args.run, fp)
+            print(f"{n} lines written to {args.out}", file=sys.stderr)
+        else:
+            log.export_jsonl(args.run, sys.stdout)
+    return 0
+
+
 # -- compile / profile / baseline -------------------------------------------------------------------
 
 def _compile_args(p: argparse.ArgumentParser) -> None:

@@ -79,3 +79,25 @@ def test_failing_candidate_exits_nonzero_with_line(marathon_home: Path, tmp_path
 def test_bad_arguments_are_clear(marathon_home: Path, args: tuple[str, ...], needle: str) -> None:
     r = marathon(*args, home=marathon_home, check=False)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_export_a_run_as_jsonl(marathon_home: Path, tmp_path: Path) -> None:
+    from state import EventLog, read_jsonl
+
+    with EventLog() as log:
+        sha = log.put_source("def entry(x): pass\n")
+        log.append("note", {"text": "first idea"}, run_id="r-export")
+        log.append("attempt", {"problem": "softmax", "shape": "small", "source_sha": sha, "tool": "profile",
+                               "outcome": "correct", "device": "cpu"}, run_id="r-export")
+        log.append("note", {"text": "another run"}, run_id="r-other")
+    out = tmp_path / "run.jsonl"
+    r = marathon("export", "r-export", "--out", str(out), home=marathon_home)
+    assert r.returncode == 0, r.stderr
+    with out.open() as fp:
+        events, sources = read_jsonl(fp)
+    texts = [e.payload.get("text") for e in events]
+    assert "first idea" in texts and "another run" not in texts
+    assert {e.run_id for e in events} == {"r-export"}
+    assert sources[sha] == "def entry(x): pass\n"
+    missing = marathon("export", "nope", home=marathon_home, check=False)
+    assert missing.returncode == 2 and "no events" in missing.stderr
