@@ -47,7 +47,7 @@ log = logging.getLogger("marathon.server")
 SERVER_NAME = "kernel-marathon"
 DEFAULT_HEARTBEAT_S = float(os.environ.get("MARATHON_HEARTBEAT_S", "5"))
 # error_class values that mean the server, not the candidate, failed.
-INTERNAL_CLASSES = frozenset({"worker_error"})
+INTERNAL_CLASSES = frozenset({"worker_error", "internal_error"})
 OUTCOME = Literal["correct", "incorrect", "compile_error", "rejected", "timeout", "crashed", "error", "compiled"]
 
 INSTRUCTIONS = """\
