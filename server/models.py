@@ -24,12 +24,17 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+# Keys that carry our own tracebacks: kept in the log and the CLI's --json, never sent to an MCP client.
+PRIVATE_KEYS = frozenset({"internal"})
+
+
 def jsonable(value: Any) -> Any:
-    """A copy of `value` with non-finite floats replaced by None (JSON cannot carry them)."""
+    """A copy of `value` fit for a client: non-finite floats become None (JSON cannot carry them) and
+    private keys (tracebacks of our internals) are dropped."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items() if k not in PRIVATE_KEYS}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value

@@ -351,3 +351,13 @@ def test_gpu_shaped_results_validate_and_read_well() -> None:
                                "max_rel_err": 0.0, "timing": timings}]}
     assert BaselineResult.model_validate(jsonable(baseline)).baselines[0].timing == timings
     assert "[cuda_graph]: failed" in baseline_text(baseline) and "30.50 us" in baseline_text(baseline)
+
+
+def test_tracebacks_never_reach_a_client() -> None:
+    from server.models import jsonable
+
+    report = {"ok": False, "error": "boom", "internal": "Traceback (most recent call last): ...",
+              "baselines": [{"name": "b", "internal": "Traceback ...", "reason": "x"}], "v": float("inf")}
+    out = jsonable(report)
+    assert "internal" not in out and "internal" not in out["baselines"][0]
+    assert out["error"] == "boom" and out["v"] is None

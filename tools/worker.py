@@ -151,7 +151,7 @@ def serve(in_fd: int, out_fd: int, on_job: Callable[[dict[str, Any]], None] | No
                 result = worker.handle(job)
             except BaseException as exc:  # a fault outside the per-candidate handling: still answer
                 fatal = worker.context_is_broken(exc)
-                result = {"ok": False, "error_class": "cuda_error" if fatal else "error",
+                result = {"ok": False, "error_class": "cuda_error" if fatal else "internal_error",
                           "error": f"{type(exc).__name__}: {exc}",
                           "internal": "".join(traceback.format_exception(exc))[-3000:]}
             fatal = fatal or bool(result.pop("_fatal", False))
