@@ -201,6 +201,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                                                           "first available")] = None,
         timeout_s: Annotated[float | None, Field(gt=0, le=3600, description="seconds before the job is "
                                                                            "stopped (default 600)")] = None,
+        ncu: Annotated[bool, Field(description="also run the candidate under Nsight Compute (where ncu "
+                                               "exists): per-kernel time, DRAM and SM throughput")] = False,
     ) -> Annotated[CallToolResult, models.ProfileResult]:
         """Check the candidate against the reference on fresh random inputs (several trials, the given
         shape and small odd shapes), then time it interleaved with the baseline on the GPU.
@@ -217,7 +219,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                     _check_baseline(service, problem, baseline)
                 return service.profile(problem, source, shape, run_id=c.run_id, client=c.client(),
                                        call_id=c.call_id, progress=progress, cancel=cancel, graph=graph,
-                                       baseline=baseline, timeout=timeout_s)
+                                       baseline=baseline, timeout=timeout_s, ncu=ncu)
 
             report = await run_blocking(ctx, "profile", work, beat)
             _internal("profile", report)
