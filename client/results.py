@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from client.runstate import AttemptRec, fmt_us
+from server import text as summaries
 
 TEXT_CHARS = 50_000  # the longest result text the log keeps (the transcript shows less)
 BULKY = ("ptx", "sass", "ttgir", "llir", "asm")
@@ -43,52 +44,20 @@ def repeat_text(rec: AttemptRec, run_id: str) -> str:
 
 
 def recovered_text(tool: str, result_payload: dict[str, Any]) -> str:
-    """A result the server logged before the client stopped, read back from the log on resume."""
+    """A result the server logged before the client stopped, read back from the log on resume, worded
+    as the server words it live (server.text: pure formatting, no server machinery)."""
     body = result_payload.get("result")
     head = f"[recovered from the event log: the server finished this {tool} call before the client stopped]"
     if tool == "profile" and isinstance(body, dict):
-        return head + "\n" + profile_summary(body)
+        return head + "\n" + summaries.profile_text(body)
     if tool == "compile" and isinstance(body, dict):
-        return head + "\n" + compile_summary(body)
+        return head + "\n" + summaries.compile_text(body)
     if tool == "note" and isinstance(body, dict):
         return head + f"\nnoted (#{body.get('note_id')})"
     text = json.dumps(body, default=str)
     if result_payload.get("error"):
         text = f"error: {result_payload['error']}\n{text}"
     return head + "\n" + text[:4000]
-
-
-def profile_summary(r: dict[str, Any]) -> str:
-    dev = r.get("device") or {}
-    name = dev.get("name", "?") if isinstance(dev, dict) else str(dev)
-    verdict = "correct" if r.get("correct") else f"NOT OK [{r.get('error_class')}]"
-    lines = [f"profile {r.get('problem')}/{r.get('shape')} on {name}: {verdict}"]
-    if r.get("error"):
-        lines.append(f"  error: {str(r['error'])[:1000]}")
-    if r.get("max_rel_err") is not None:
-        lines.append(f"  max relative error {r['max_rel_err']:.2e}")
-    t = r.get("timing") or {}
-    if t.get("median_us") is not None:
-        lines.append(f"  time {t['median_us']:.2f} us median (IQR {t.get('spread_pct') or 0:.1f}%)")
-        b = r.get("baseline") or {}
-        if b.get("median_us"):
-            lines.append(f"  baseline {b.get('name')}: {b['median_us']:.2f} us -> speedup {r.get('speedup') or 0:.2f}x")
-    elif r.get("timing_note"):
-        lines.append(f"  {r['timing_note']}")
-    if r.get("attempt_id") is not None:
-        lines.append(f"  logged as attempt {r['attempt_id']}")
-    return "\n".join(lines)
-
-
-def compile_summary(r: dict[str, Any]) -> str:
-    verdict = "ok" if r.get("ok") else f"FAILED [{r.get('error_class')}]"
-    lines = [f"compile {r.get('problem')}/{r.get('shape')}: {verdict}"]
-    for k in r.get("kernels") or []:
-        lines.append(f"  {k.get('name')}: {k.get('registers')} regs, {k.get('spill_bytes')} B spilled, "
-                     f"{k.get('shared_bytes')} B shared")
-    for e in r.get("errors") or []:
-        lines.append(f"  error: {e.get('message')}" + (f" (line {e['line']})" if e.get("line") else ""))
-    return "\n".join(lines)
 
 
 def interrupted_text(tool: str) -> str:
