@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run GPU checks on a device machine, from the project root, after the wheel preamble.
-# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead kda)
+# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep tuner)
 # Results go under $RES (default /tmp/res); the caller tars them into $OUT.
 set -uo pipefail
 RES=${RES:-/tmp/res}
@@ -35,6 +35,21 @@ for step in "$@"; do
         --json-out "$RES/overhead_softmax_graph.json"
       MARATHON_L2_FLUSH=write python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 3 \
         --graph off --json-out "$RES/overhead_softmax_writeflush.json" ;;
+    mla_sweep)
+      python3 -m pytest -q -m gpu tests/test_solution_mla_decode.py 2>&1 | tail -3
+      for s in ${MLA_SHAPES:-bench bench_b64}; do
+        g=on; [ $s = bench_b64 ] && g=off
+        python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape $s --graph $g \
+          --grid BLOCK_H=16,32,64 --grid BLOCK_N=32,64 --grid NUM_WARPS=4,8 --grid NUM_STAGES=1,2 \
+          --json-out "$RES/sweep_mla_${s}.json" 2>&1 | grep -v '^  \.\.\.'
+        python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape $s --graph $g \
+          --top-from "$RES/sweep_mla_${s}.json" --top 3 --grid SPLIT_WAVES=0.5,1.0,2.0 --grid PARTIAL_BF16=0,1 \
+          --json-out "$RES/sweep2_mla_${s}.json" 2>&1 | grep -v '^  \.\.\.' | tail -12
+      done ;;
+    tuner)
+      # A model-free run over the starter's TUNE_SPACE, ending with its report (issue: bundled client).
+      $M run --problem "${TUNER_PROBLEM:-mla_decode}" --shape "${TUNER_SHAPE:-bench}" --policy tuner \
+        --max-steps "${TUNER_STEPS:-14}" --report "$RES/tuner_${TUNER_PROBLEM:-mla_decode}" 2>&1 | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac
 done

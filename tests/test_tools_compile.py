@@ -114,3 +114,24 @@ def test_static_guard_allows_allocation_views_and_triton() -> None:
         "    k[(n,)](x, BLOCK=128)\n    return out\n"
     )
     assert guard.static_check(src) == []
+
+
+def test_spills_and_shared_memory_beyond_the_sm_limit_are_reported(tmp_path: Path) -> None:
+    """A 64x512 fp32 accumulator on 4 warps cannot live in registers, and three 74 KB stages of a cache
+    tile exceed sm_90's 227 KiB: both must show (the GPU would only say so at launch)."""
+    from client.tuner import rewrite
+    from kernels import solution_path
+
+    path = solution_path("mla_decode")
+    assert path is not None
+    source = rewrite(path.read_text(), {"BLOCK_H": 64, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 3})
+    r = compile_candidate("mla_decode", source, "bench", cache_dir=tmp_path)
+    split = next(k for k in r["kernels"] if k["name"] == "mla_split_kernel")
+    assert split["spill_bytes"] > 0 and split["spill_instructions"] > 0
+    assert split["shared_bytes"] > 232448
+    assert not r["ok"] and r["error_class"] == "compile_error"
+    assert any("shared memory" in e["message"] and e.get("kernel") == "mla_split_kernel" for e in r["errors"])
+    fits = compile_candidate("mla_decode", rewrite(path.read_text(), {"BLOCK_H": 16, "BLOCK_N": 32, "NUM_WARPS": 8,
+                                                                       "NUM_STAGES": 2}), "bench", cache_dir=tmp_path)
+    assert fits["ok"], fits["errors"]
+    assert all(k["spill_bytes"] == 0 and k["spill_instructions"] == 0 for k in fits["kernels"])

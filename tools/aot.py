@@ -20,6 +20,9 @@ from typing import Any
 from tools.candidate import describe_exception, load_candidate
 
 TARGET_ARCH = 90
+# The most shared memory one block may use on sm_90 (227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+# a kernel that needs more compiles but fails at launch with "out of resource: shared memory".
+MAX_SHARED_BYTES = 232448
 _RES_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
 
@@ -115,7 +118,10 @@ def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "registers": regs,
         "stack_bytes": stack,
-        "spill_bytes": local,
+        # Register spills land in the stack frame (a Triton kernel makes no calls that would need one)
+        # or in local memory: per-thread bytes of both, and the SASS's local stores and loads.
+        "spill_bytes": stack + local,
+        "spill_instructions": len(re.findall(r"\b(?:STL|LDL)(?:\.\S+)?\s", sass)),
         "shared_bytes": shared,
         "uses_wgmma": "HGMMA" in sass or "QGMMA" in sass or "IGMMA" in sass,
         "uses_tma": any(op in sass for op in ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF")),
@@ -124,6 +130,13 @@ def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
     if want_asm:
         out["sass"] = sass
     return out
+
+
+def _shared_memory_error(kernel: str, shared: int) -> dict[str, Any]:
+    """What the launch on a GPU would say, found before any GPU is involved."""
+    return {"kernel": kernel, "error_class": "compile_error", "type": "OutOfResources", "line": None,
+            "message": f"out of resource: {kernel} needs {shared} B of shared memory; sm_{TARGET_ARCH} allows "
+                       f"{MAX_SHARED_BYTES} B per block (use fewer stages or smaller tiles)"}
 
 
 def main(argv: list[str]) -> int:
@@ -140,7 +153,10 @@ def main(argv: list[str]) -> int:
     if module is not None:
         for record in request["launches"]:
             try:
-                kernels.append(compile_launch(module, record, request.get("want_asm", False)))
+                kernel = compile_launch(module, record, request.get("want_asm", False))
+                kernels.append(kernel)
+                if kernel["shared_bytes"] > MAX_SHARED_BYTES:
+                    errors.append(_shared_memory_error(record["kernel"], kernel["shared_bytes"]))
             except BaseException as exc:
                 errors.append({**describe_exception(exc, path, module=module), "kernel": record["kernel"],
                                "error_class": "compile_error"})

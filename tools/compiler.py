@@ -35,8 +35,12 @@ def _triton_version() -> str:
         return "unknown"
 
 
+# Bumped whenever what a report contains changes, so that no cached report of an older form is served.
+REPORT_VERSION = 2
+
+
 def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool) -> str:
-    text = json.dumps([TARGET, _triton_version(), problem, shape, source_sha(source), want_asm])
+    text = json.dumps([REPORT_VERSION, TARGET, _triton_version(), problem, shape, source_sha(source), want_asm])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

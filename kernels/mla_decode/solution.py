@@ -1,0 +1,191 @@
+"""MLA decode, split-KV: the project's fast kernel (the bar an agent's candidate must beat).
+
+Two kernels. `mla_split_kernel` gives each program BLOCK_H heads of one batch element and one
+contiguous split of the cache; it walks its split in tiles of BLOCK_N tokens with an online
+softmax in base 2, reading each cache tile once for both products: scores = q_nope . c_kvᵀ +
+q_rope . k_ropeᵀ (tensor cores, heads as M), then acc += p . c_kv (the same c_kv tile as values).
+It writes its split's normalised partial output and log-sum-exp. `mla_combine_kernel` merges the
+splits of each (batch, head) by their log-sum-exp. With one split (long enough batches) the first
+kernel writes the output itself and the second is not launched.
+
+Why split: at B=1 the whole cache is 9.4 MB, a 2.2 us DRAM floor, and 64 heads in one program give
+one program per batch element: splitting S is the only way to put all 132 SMs on the read. Why
+all heads (or many) in a program: every program that holds a head group re-reads its split of the
+cache, so fewer, larger head groups mean less traffic; tl.dot wants M >= 16 anyway (64 for wgmma).
+The split count is chosen from the SM count so that about SPLIT_WAVES programs land per SM.
+Scores and the softmax stay in fp32 (bf16 scores fail the tolerance); only p is rounded to the
+input dtype for the P.V product, as in any flash-attention kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+D_LATENT = 512  # latent c_kv width: the value and output width
+D_ROPE = 64  # rotary part of q and of each cache row
+# Must equal kernels/mla_decode/problem.py's SOFTMAX_SCALE: DeepSeek-V3's 1/sqrt(128 + 64).
+SOFTMAX_SCALE = 1.0 / math.sqrt(128 + 64)
+LOG2E = 1.4426950408889634
+
+# Launch parameters, module-level so a tuner can change them. A batch that alone gives the GPU
+# less than a wave of (batch, head group) programs is "small" and splits S harder.
+BLOCK_H = 64  # heads per program (the M of both dots)
+BLOCK_N = 64  # cache tokens per loop step
+NUM_WARPS = 8
+NUM_STAGES = 2
+SPLIT_WAVES = 1.0  # programs per SM the split count aims for
+PARTIAL_BF16 = 0  # 1: partial outputs in the input dtype (half the traffic), 0: float32
+COMBINE_BLOCK_D = 128  # output columns per combine program
+TUNE_SPACE = {
+    "BLOCK_H": [16, 32, 64],
+    "BLOCK_N": [32, 64],
+    "NUM_WARPS": [4, 8],
+    "NUM_STAGES": [1, 2, 3],
+    "SPLIT_WAVES": [0.5, 1.0, 2.0],
+    "PARTIAL_BF16": [0, 1],
+}
+
+
+@triton.jit
+def mla_split_kernel(
+    q_ptr, kv_ptr, part_ptr, lse_ptr, out_ptr,
+    S, H, tokens_per_split, num_splits, qk_scale,
+    stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
+    D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    DIRECT_OUT: tl.constexpr,
+):
+    split = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    head_groups = tl.cdiv(H, BLOCK_H)
+    b = pid_bh // head_groups
+    heads = (pid_bh % head_groups) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    offs_c = tl.arange(0, D_LATENT)
+    offs_r = tl.arange(0, D_ROPE)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    q_rows = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
+    q_nope = tl.load(q_rows + offs_c[None, :], mask=head_ok[:, None], other=0.0)
+    q_rope = tl.load(q_rows + D_LATENT + offs_r[None, :], mask=head_ok[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_H], -float("inf"), dtype=tl.float32)  # running max, base-2 units
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D_LATENT], dtype=tl.float32)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, S)
+    kv_base = kv_ptr + b.to(tl.int64) * stride_kvb
+    for n0 in range(start, end, BLOCK_N):
+        tok = n0 + offs_n
+        valid = tok < end
+        rows = kv_base + tok[:, None] * stride_kvs
+        c_kv = tl.load(rows + offs_c[None, :], mask=valid[:, None], other=0.0)
+        k_rope = tl.load(rows + D_LATENT + offs_r[None, :], mask=valid[:, None], other=0.0)
+
+        s = tl.dot(q_nope, tl.trans(c_kv))
+        s = tl.dot(q_rope, tl.trans(k_rope), s)
+        s = tl.where(valid[None, :], s * qk_scale, -float("inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    if DIRECT_OUT:
+        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
+        tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+    else:
+        # partials: [B, H, num_splits, D_LATENT]; lse: [B, H, num_splits] (base 2)
+        row = (b.to(tl.int64) * H + heads) * num_splits + split
+        tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
+                 mask=head_ok[:, None])
+        tl.store(lse_ptr + row, m_i + tl.log2(l_i), mask=head_ok)
+
+
+@triton.jit
+def mla_combine_kernel(
+    part_ptr, lse_ptr, out_ptr,
+    H, num_splits, stride_ob, stride_oh,
+    D_LATENT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    d0 = tl.program_id(1) * BLOCK_D
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = d0 + tl.arange(0, BLOCK_D)
+    row0 = pid_bh.to(tl.int64) * num_splits
+
+    # Weights of the splits: 2^(lse_s - max) / sum, over all splits (BLOCK_S >= num_splits).
+    lse = tl.load(lse_ptr + row0 + offs_s, mask=offs_s < num_splits, other=-float("inf"))
+    m = tl.max(lse, axis=0)
+    w = tl.exp2(lse - m)
+    w = w / tl.sum(w, axis=0)
+    part = tl.load(part_ptr + (row0 + offs_s[:, None]) * D_LATENT + offs_d[None, :],
+                   mask=offs_s[:, None] < num_splits, other=0.0).to(tl.float32)
+    out = tl.sum(part * w[:, None], axis=0)
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty))
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_sms(device: torch.device) -> int:
+    """The GPU's SM count; on the CPU interpreter, the H200's (so splits look as they would there)."""
+    if device.type == "cuda":
+        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return 132
+
+
+def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
+    """(tokens per split, number of splits): about SPLIT_WAVES programs per SM, whole tiles per split."""
+    work_items = B * triton.cdiv(H, BLOCK_H)
+    want = max(1, round(SPLIT_WAVES * num_sms / work_items))
+    tiles = triton.cdiv(S, BLOCK_N)
+    tiles_per_split = triton.cdiv(tiles, min(want, tiles))
+    tokens_per_split = tiles_per_split * BLOCK_N
+    return tokens_per_split, triton.cdiv(S, tokens_per_split)
+
+
+def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    B, H, D = q.shape
+    S = kv.shape[1]
+    if D != D_LATENT + D_ROPE or kv.shape != (B, S, D):
+        raise ValueError(f"expected q (B, H, {D_LATENT + D_ROPE}) and kv (B, S, {D}); got {tuple(q.shape)}, "
+                         f"{tuple(kv.shape)}")
+    if q.stride(2) != 1 or kv.stride(2) != 1:
+        raise ValueError("the last dimension of q and kv must be contiguous")
+    out = torch.empty((B, H, D_LATENT), dtype=q.dtype, device=q.device)
+    tokens_per_split, num_splits = split_plan(B, H, S, _num_sms(q.device))
+    direct = num_splits == 1
+    if direct:
+        part = lse = out  # unused by the kernel when DIRECT_OUT
+    else:
+        part_dtype = q.dtype if PARTIAL_BF16 else torch.float32
+        part = torch.empty((B, H, num_splits, D_LATENT), dtype=part_dtype, device=q.device)
+        lse = torch.empty((B, H, num_splits), dtype=torch.float32, device=q.device)
+    grid = (num_splits, B * triton.cdiv(H, BLOCK_H))
+    mla_split_kernel[grid](
+        q, kv, part, lse, out,
+        S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
+        q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1),
+        D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    if not direct:
+        mla_combine_kernel[(B * H, D_LATENT // COMBINE_BLOCK_D)](
+            part, lse, out,
+            H, num_splits, out.stride(0), out.stride(1),
+            D_LATENT=D_LATENT, BLOCK_D=COMBINE_BLOCK_D, BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=4,
+        )
+    return out

@@ -1,0 +1,108 @@
+"""The project's split-KV MLA decode (kernels/mla_decode/solution.py): correct on every path, under the guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from client.tuner import rewrite, tune_space
+from kernels import solution_path
+from kernels.mla_decode.problem import D_LATENT, PROBLEM
+from kernels.spec import compare
+from tools import guard
+from tests.candidates import interpreted, load_candidate
+
+SOURCE_PATH = solution_path("mla_decode")
+
+
+@pytest.fixture(scope="module")
+def solution() -> ModuleType:
+    assert SOURCE_PATH is not None, "kernels/mla_decode/solution.py is missing"
+    return load_candidate(SOURCE_PATH)
+
+
+def variant(tmp_path: Path, **config: object) -> ModuleType:
+    assert SOURCE_PATH is not None
+    path = tmp_path / "variant.py"
+    path.write_text(rewrite(SOURCE_PATH.read_text(), config))
+    return load_candidate(path)
+
+
+def run_checked(module: ModuleType, shape: str, seed: int = 0) -> None:
+    q, kv = PROBLEM.inputs(shape, seed, "cpu")
+    q_before, kv_before = q.clone(), kv.clone()
+    with guard.candidate_guard():
+        out = module.entry(q, kv)
+    dims = PROBLEM.dims(shape)
+    assert out.shape == (dims["B"], dims["H"], D_LATENT) and out.dtype == q.dtype
+    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
+    assert verdict["ok"], verdict
+    assert verdict["rel_err"] < 1e-5, "float32 on the CPU should be exact but for rounding"
+    assert torch.equal(q, q_before) and torch.equal(kv, kv_before)
+
+
+def test_solution_passes_the_static_guard() -> None:
+    assert SOURCE_PATH is not None
+    assert guard.static_check(SOURCE_PATH.read_text()) == []
+
+
+def test_split_plan_covers_every_token_once(solution: ModuleType) -> None:
+    for B, H, S in [(1, 64, 8192), (64, 64, 8192), (2, 16, 200), (3, 8, 77), (1, 64, 1), (1, 1, 100_003)]:
+        tokens, splits = solution.split_plan(B, H, S, 132)
+        assert tokens % solution.BLOCK_N == 0
+        assert (splits - 1) * tokens < S <= splits * tokens, (B, H, S, tokens, splits)
+    # B=1 fills the GPU: about one program per SM, each a whole number of tiles
+    tokens, splits = solution.split_plan(1, 64, 8192, 132)
+    assert splits * -(-64 // solution.BLOCK_H) >= 100
+
+
+def test_tune_space_names_are_module_constants() -> None:
+    assert SOURCE_PATH is not None
+    space, current = tune_space(SOURCE_PATH.read_text())
+    assert set(space) <= set(current) and all(current[k] in v for k, v in space.items())
+
+
+@interpreted
+@pytest.mark.parametrize("shape", ["small", "odd"])
+def test_split_and_combine_are_correct(solution: ModuleType, shape: str) -> None:
+    dims = PROBLEM.dims(shape)
+    _, splits = solution.split_plan(dims["B"], dims["H"], dims["S"], 132)
+    assert splits > 1, "the check shapes should exercise the combine kernel"
+    run_checked(solution, shape, seed=3)
+
+
+@interpreted
+def test_one_split_writes_the_output_directly(tmp_path: Path) -> None:
+    module = variant(tmp_path, SPLIT_WAVES=0.01)
+    assert module.split_plan(3, 8, 77, 132)[1] == 1
+    run_checked(module, "odd", seed=5)
+
+
+@interpreted
+@pytest.mark.parametrize("config", [
+    {"BLOCK_H": 16, "BLOCK_N": 32, "PARTIAL_BF16": 1},   # several head groups at small (H=16: one; odd: masked)
+    {"BLOCK_H": 32, "BLOCK_N": 64, "SPLIT_WAVES": 2.0},
+])
+def test_other_configurations_are_correct(tmp_path: Path, config: dict[str, object]) -> None:
+    module = variant(tmp_path, **config)
+    for shape in ("small", "odd"):
+        run_checked(module, shape, seed=11)
+
+
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize("shape", ["bench", "bench_b64", "small", "odd"])
+def test_solution_on_gpu(solution: ModuleType, shape: str) -> None:
+    q, kv = PROBLEM.inputs(shape, 0, "cuda")
+    with guard.candidate_guard():
+        out = solution.entry(q, kv)
+    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
+    assert verdict["ok"], verdict
+
+
+for _mark in gpu:
+    _mark(test_solution_on_gpu)
