@@ -34,23 +34,41 @@ def _metric(attempts: list[AttemptRec]) -> str:
     return "none"
 
 
-def _value(rec: AttemptRec, metric: str) -> float | None:
-    return getattr(rec, metric) if metric in ("speedup", "median_us") and rec.outcome == "correct" else None
+def run_baseline_us(attempts: list[AttemptRec]) -> float | None:
+    """One baseline time for the whole run: the median of every baseline timing its profiles took.
+
+    Each profile times the baseline beside the candidate; a launch-bound baseline wanders between
+    profiles, so per-profile ratios would let a slower kernel's luckier ratio outrank a faster one.
+    Plotting every kernel against one figure keeps the best-so-far curve monotone in time.
+    """
+    times = sorted(a.baseline_us for a in attempts if a.outcome == "correct" and a.baseline_us)
+    if not times:
+        return None
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
 
 
-def best_series(attempts: list[AttemptRec], metric: str, start: AttemptRec | None) -> list[float | None]:
+def _value(rec: AttemptRec | None, metric: str, base_us: float | None = None) -> float | None:
+    if rec is None or rec.outcome != "correct":
+        return None
+    if metric == "speedup":
+        return base_us / rec.median_us if base_us and rec.median_us else None
+    return rec.median_us if metric == "median_us" else None
+
+
+def best_series(attempts: list[AttemptRec], metric: str, start: AttemptRec | None,
+                base_us: float | None = None) -> list[float | None]:
     """The metric of the best attempt after each attempt (None until something correct is timed).
 
-    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time. Its
-    speedup is the one measured with it, so when the baseline's own timing wanders between profiles
-    the curve can show a slower kernel's luckier ratio as a marker above it, never as the best.
+    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time; its
+    speedup is taken against the run's one baseline figure (`run_baseline_us`), so the curve never falls.
     """
-    best = start if start is not None and _value(start, metric) is not None else None
+    best = start if _value(start, metric, base_us) is not None else None
     out: list[float | None] = []
     for rec in attempts:
-        if _value(rec, metric) is not None and rec.better_than(best):
+        if _value(rec, metric, base_us) is not None and rec.better_than(best):
             best = rec
-        out.append(_value(best, metric) if best is not None else None)
+        out.append(_value(best, metric, base_us) if best is not None else None)
     return out
 
 
@@ -62,6 +80,7 @@ def plot(state: RunState, path: Path) -> None:
 
     attempts = [a for a in state.attempts if a.step is not None]
     metric = _metric(attempts)
+    base_us = run_baseline_us(attempts) if metric == "speedup" else None
     t0 = state.sessions[0][0] if state.sessions else (attempts[0].ts if attempts else 0.0)
     hours = _active_hours(state, [a.ts for a in attempts], t0)
     unit = "hours"
@@ -69,7 +88,8 @@ def plot(state: RunState, path: Path) -> None:
         hours, unit = [h * 60 for h in hours], "minutes"
     steps = [a.step or 0 for a in attempts]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    label = {"speedup": "speedup of the best kernel (x)", "median_us": "best median time (us, lower is better)",
+    base_name = next((a.baseline for a in attempts if a.baseline), "the baseline")
+    label = {"speedup": f"speedup over {base_name} at {fmt_us(base_us)} us (x)", "median_us": "best median time (us, lower is better)",
              "none": "outcome (nothing was timed)"}[metric]
     outcomes = [o for o in MARKERS if any(a.outcome == o for a in attempts)]
     for ax, xs, xlabel in ((axes[0], hours, f"active {unit} since the start"), (axes[1], steps, "step")):
@@ -81,11 +101,11 @@ def plot(state: RunState, path: Path) -> None:
             ax.set_yticks(range(len(outcomes)), outcomes)
             ax.set_ylim(-0.8, max(len(outcomes) - 0.2, 0.8))
         else:
-            series = best_series(attempts, metric, state.first_best)
+            series = best_series(attempts, metric, state.first_best, base_us)
             pts = [(x, y) for x, y in zip(xs, series) if y is not None]
             if pts:
                 ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color="#1f77b4", label="best so far")
-            timed = [_value(a, metric) for a in attempts]
+            timed = [_value(a, metric, base_us) for a in attempts]
             known = [v for v in timed if v is not None]
             floor = (min(known) * 0.95 if metric == "speedup" else max(known) * 1.05) if known else 0.0
             for a, x, v in zip(attempts, xs, timed):

@@ -13,7 +13,7 @@ import pytest
 
 from client.goal import Budget, Goal
 from client.loop import start_run
-from client.report import best_series, markdown, write_report
+from client.report import best_series, markdown, run_baseline_us, write_report
 from client.runs import RunLock, liveness, status_data
 from client.runstate import AttemptRec, RunState
 from state import EventLog
@@ -80,7 +80,9 @@ def test_report_of_a_timed_run(tmp_path: Path) -> None:
         folder = write_report(log, "timed", tmp_path / "out")
         state = RunState.load(log, "timed")
         md = markdown(log, state)
-    assert best_series(state.attempts, "speedup", None) == [None, 1.1, 1.1, 1.1, 1.4, 1.4]
+    base = run_baseline_us(state.attempts)
+    assert base == 64.0
+    assert best_series(state.attempts, "speedup", None, base) == pytest.approx([None, 1.1, 1.1, 1.1, 1.4, 1.4])
     assert (folder / "progress.png").read_bytes()[:4] == b"\x89PNG"
     assert (folder / "progress.png").stat().st_size > 10_000
     assert "Baseline" in md and "torch: 64 us" in md
@@ -89,6 +91,20 @@ def test_report_of_a_timed_run(tmp_path: Path) -> None:
     assert "| 2 | profile | correct | 58.18 | 1.1 | tuner: try config 2 |" in md
     assert "wider rows per program helped" in md and "- incorrect: 2" in md
     assert "NUM_WARPS = 5" in md  # the best kernel's source
+
+
+def test_best_curve_uses_one_baseline_figure_and_never_falls() -> None:
+    """A wandering baseline must not let a slower kernel's luckier ratio lower or raise the best curve."""
+    def rec(step: int, us: float, base: float) -> AttemptRec:
+        return AttemptRec(tool="profile", outcome="correct", ts=0.0, step=step, attempt_id=step, median_us=us,
+                          speedup=base / us, baseline="torch", baseline_us=base)
+
+    attempts = [rec(1, 100.0, 30.0), rec(2, 99.0, 20.0), rec(3, 120.0, 60.0), rec(4, 50.0, 25.0)]
+    base = run_baseline_us(attempts)
+    assert base == pytest.approx(27.5)
+    series = best_series(attempts, "speedup", None, base)
+    assert series == pytest.approx([0.275, 27.5 / 99, 27.5 / 99, 0.55])
+    assert all(b >= a for a, b in zip(series, series[1:]))
 
 
 @pytest.mark.parametrize("when", ["finished", "running"])
