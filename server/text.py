@@ -68,6 +68,12 @@ def profile_text(r: dict[str, Any]) -> str:
         if n.get("ok"):
             lines.append(f"  Nsight Compute: {_num(n.get('gpu_time_us_per_call'), '.2f')} us of kernel time per call "
                          f"(profile median {_num(n.get('profile_vs_ncu_pct'), '+.1f')}% from it)")
+            for name, k in sorted((n.get("kernels") or {}).items(), key=lambda kv: -kv[1].get("gpu_time_us", 0)):
+                per_call = (k.get("launches") or 0) / (n.get("calls") or 1)
+                lines.append(f"    {name}: {_num(k.get('gpu_time_us'), '.2f')} us x {per_call:g} a call, DRAM "
+                             f"{_num(k.get('dram__throughput.avg.pct_of_peak_sustained_elapsed'), '.0f')}% "
+                             f"SM {_num(k.get('sm__throughput.avg.pct_of_peak_sustained_elapsed'), '.0f')}% of peak, "
+                             f"{_num(k.get('launch__registers_per_thread'), '.0f')} regs")
         elif n.get("error"):
             lines.append(f"  Nsight Compute: {str(n['error'])[:200]}")
         tele = (r.get("telemetry") or {}).get("after") or {}

@@ -39,3 +39,17 @@ def test_absent_ncu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
     r = ncu.ncu_metrics("softmax", "def entry(x): pass\n")
     assert r["ok"] is False and "not installed" in r["error"]
+
+
+def test_profile_text_breaks_ncu_time_down_by_kernel() -> None:
+    from server.text import profile_text
+
+    s = ncu.summarize_csv(CSV, calls=2)
+    assert s is not None
+    report = {"ok": True, "correct": True, "problem": "softmax", "shape": "bench", "device": {"name": "H200"},
+              "timing": {"median_us": 13.5, "mode": "cuda_graph", "reps": 100, "spread_pct": 1.0},
+              "ncu": {**s, "profile_vs_ncu_pct": 3.0}}
+    text = profile_text(report)
+    main, combine = text.index("k_main: 11.00 us x 1 a call"), text.index("k_combine: 2.10 us x 1 a call")
+    assert main < combine  # the costliest kernel first
+    assert "40 regs" in text
