@@ -12,8 +12,8 @@ from client.tuner import rewrite, tune_space
 from kernels import solution_path
 from kernels.mla_decode.problem import D_LATENT, PROBLEM
 from kernels.spec import compare
-from tools import guard
 from tests.candidates import interpreted, load_candidate
+from tools import guard
 
 SOURCE_PATH = solution_path("mla_decode")
 

@@ -1,0 +1,383 @@
+"""Chunked KDA forward in two Triton kernels: a chunk-parallel prep kernel and a sequential state scan.
+
+1. `kda_chunk_prep_kernel`, one program per (chunk of 64 tokens, batch * head), all independent. In four
+   sub-blocks of 16 rows: gate, L2 norms, the cumulative gate G, the decayed scores Akk / Aqk, and the
+   UT transform (I + Akk) [W | U] = Diag(beta) [K e^G | V] by block forward substitution (16x16 diagonal
+   blocks inverted row by row in registers). Writes W, U, Qg = Q e^G, Kd = K e^(G_last - G), Aqk in the
+   input dtype and exp(G_last) in float32.
+2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
+   with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
+   S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
+   pipeliner prefetches them.
+
+Re-centring: exp(G_i - G_j) is split as exp(G_i - c) exp(c - G_j) with c the cumulative gate at the first
+row of i's sub-block of 16, so no factor passes e^75 even with every gate at its -5 bound (a centre at
+the chunk start needs e^315). The column factors k_j e^(c - G_j) of earlier sub-blocks are carried from
+one centre to the next (times e^(c_I - c_{I-1}) <= 1) and end as Kd; no exponent is ever positive
+outside a diagonal block, and no centre lies after the row it serves.
+
+The split puts everything that parallelises over chunks in the prep kernel (nearly all exponentials, the
+solve, reading q, k, v, g once); the scan is the only sequential part, a chain of dependent matmuls a
+chunk, latency bound at small B * H. The prep kernel's risk is latency: 16-row matmuls, the row-by-row
+16x16 inverses (shuffles, layout conversions through shared memory) at one CTA an SM.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BV = 32  # value columns per scan program: the state block is K x BV float32 registers
+NUM_WARPS = 4  # scan kernel
+NUM_STAGES = 2  # scan kernel: chunks of W, U, Qg, Kd, Aqk prefetched ahead
+NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M = 16 operands replicate per warp)
+# Register cap for the prep kernel. Uncapped, ptxas takes 227 registers without spills (one CTA of 8 warps
+# an SM); 128 gives two CTAs an SM at about 330 bytes of spills a thread. Worth measuring both on the GPU.
+MAXNREG_PREP: int | None = None
+# Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
+SCORES_FP32 = False
+# What a tuner may change (client/tuner.py): each name is a module-level constant above.
+TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3]}
+LOWER_BOUND = -5.0
+L2NORM_EPS = 1e-6
+CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)
+
+
+@triton.jit
+def _sub_front(q_c, k_c, g_c, beta_c, qg_c, sub, t0, T, H, a, bias, scale, prefix,
+               offs_r, offs_k, mask_k, K: tl.constexpr, LOWER: tl.constexpr, EPS: tl.constexpr, SDT: tl.constexpr):
+    """Everything of sub-block `sub` (16 tokens) that needs no other sub-block. Pointers *_c point at
+    the chunk's first token; offsets inside a chunk are int32.
+
+    Loads q, k, g_raw, beta (zeros past T: with k = 0, g = 0 and beta = 0 a padding row leaves the state
+    unchanged); L2 norms, gate, the cumulative gate G = prefix + local cumsum; stores Qg = q e^G.
+    Returns the stacked re-centred row operands [k; q] e^(G - c) (c = G at the sub-block's first row),
+    the column factor kc = k e^(c - G) (<= e^75 at the -5 bound), c, the next prefix, beta k e^G, beta,
+    and the rows' offsets and mask.
+    """
+    lr = sub * 16 + offs_r
+    mask_r = t0 + lr < T
+    roff = lr * H
+    m = mask_r[:, None] & mask_k[None, :]
+    off = roff[:, None] * K + offs_k[None, :]
+    q = tl.load(q_c + off, mask=m, other=0.0).to(tl.float32)
+    k = tl.load(k_c + off, mask=m, other=0.0).to(tl.float32)
+    graw = tl.load(g_c + off, mask=m, other=0.0).to(tl.float32)
+    beta = tl.load(beta_c + roff, mask=mask_r, other=0.0).to(tl.float32)
+    q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
+    k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+    g = tl.where(m, LOWER * tl.sigmoid(a * (graw + bias[None, :])), 0.0)
+
+    cs = tl.cumsum(g, 0)
+    first = tl.sum(tl.where(offs_r[:, None] == 0, g, 0.0), 0)
+    c = prefix + first
+    d = cs - first[None, :]  # G - c <= 0 from the local cumsum: no large prefix rounds it
+    rf = tl.exp(d)
+    # e^G = e^c e^(G - c): e^c may underflow to 0 only where e^G < e^-87 anyway.
+    e_g = rf * tl.exp(c)[None, :]
+    tl.store(qg_c + off, (q * e_g).to(qg_c.dtype.element_ty), mask=m)
+    kc = k * tl.exp(-d)
+    bkg = beta[:, None] * k * e_g
+    # k and q rows stacked into one [32, BK] operand: one matmul gives both score blocks, and each warp
+    # holds half of the operand instead of all of both (M = 16 replicates the A operand in every warp).
+    kq = tl.reshape(tl.permute(tl.join(k * rf, q * rf), (2, 0, 1)), (32, k.shape[1])).to(SDT)
+    return kq, kc, c, prefix + tl.sum(g, 0), bkg, beta, roff, mask_r
+
+
+@triton.jit
+def _load_bv(v_c, roff, mask_r, beta, offs_v, mask_v, V: tl.constexpr):
+    """beta v of a sub-block (v is read only for U)."""
+    v = tl.load(v_c + roff[:, None] * V + offs_v[None, :], mask=mask_r[:, None] & mask_v[None, :], other=0.0)
+    return beta[:, None] * v.to(tl.float32)
+
+
+@triton.jit
+def _scores(kq, col, SDT: tl.constexpr):
+    """Raw Akk and Aqk blocks: stacked rows (re-centred at c_I) times a column block's factors."""
+    s = tl.dot(kq, tl.trans(col.to(SDT)))  # [32, 16]: Akk rows, then Aqk rows
+    return tl.split(tl.permute(tl.reshape(s, (2, 16, 16)), (1, 2, 0)))
+
+
+@triton.jit
+def _diag(kq, kc, beta, offs_r, SDT: tl.constexpr):
+    """Diagonal blocks: Akk strictly lower times beta_i, Aqk lower including the diagonal."""
+    akk, aqk = _scores(kq, kc, SDT)
+    akk = tl.where(offs_r[:, None] > offs_r[None, :], akk * beta[:, None], 0.0)
+    aqk = tl.where(offs_r[:, None] >= offs_r[None, :], aqk, 0.0)
+    return akk, aqk
+
+
+@triton.jit
+def _store_blk(aqk_c, roff, mask_r, col0, blk, offs_r):
+    """A 16x16 block of Aqk [.., 64] at column col0, rows masked to t < T."""
+    tl.store(aqk_c + roff[:, None] * 64 + col0 + offs_r[None, :], blk.to(aqk_c.dtype.element_ty),
+             mask=mask_r[:, None])
+
+
+@triton.jit
+def _inv_unit_lower(A, offs_r):
+    """(I + A)^-1 for strictly lower A [16, 16], by forward substitution one row at a time: row i of the
+    inverse's strict part is a + sum_m a[m] X[m, :] with a = -A[i, :], over rows m < i already done.
+    Row i of A is read from A (as a row) and from Aᵀ (as a column), not from the updated X, so the loop
+    carries only X and a reduction over rows: no layout conversion, no barrier on the dependent chain."""
+    rows = offs_r[:, None]
+    cols = offs_r[None, :]
+    At = tl.trans(A)
+    X = -A
+    for i in tl.static_range(1, 16):
+        a_col = -tl.sum(tl.where(cols == i, At, 0.0), 1)  # -A[i, m] indexed by the rows m of X
+        a_row = -tl.sum(tl.where(rows == i, A, 0.0), 0)  # -A[i, j] indexed by the columns j
+        X = tl.where(rows == i, (a_row + tl.sum(a_col[:, None] * X, 0))[None, :], X)
+    return X + (rows == cols).to(tl.float32)
+
+
+@triton.jit
+def _store_rows(ptr_c, roff, mask_r, offs_c, mask_c, n_cols: tl.constexpr, x):
+    tl.store(ptr_c + roff[:, None] * n_cols + offs_c[None, :], x.to(ptr_c.dtype.element_ty),
+             mask=mask_r[:, None] & mask_c[None, :])
+
+
+@triton.jit
+def kda_chunk_prep_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr,
+    T, H, NT, scale,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+    LOWER: tl.constexpr, EPS: tl.constexpr, SCORES_F32: tl.constexpr,
+):
+    # Sub-blocks I = 0..3 in order. Block forward substitution for the UT transform,
+    #   [W_I | U_I] = T_II ([bkg_I | bv_I] - sum_{J<I} Akk_IJ [W_J | U_J]),  T_II = (I + Akk_II)^-1,
+    # keeps only the current block row of Akk and the earlier W_J, U_J live, not the whole inverse.
+    # Column factors col_J = k_J e^(c_I - G_J) of earlier sub-blocks are carried from centre to centre
+    # (times e^(c_I - c_{I-1}) <= 1), and end as Kd_J = col_J e^(G_last - c_3).
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    dt = q_ptr.dtype.element_ty
+    SDT: tl.constexpr = tl.float32 if SCORES_F32 else dt  # score matmul operands
+
+    offs_r = tl.arange(0, 16)
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, BVP)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+    zero = tl.zeros([16, 16], dtype=tl.float32)
+
+    a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
+    bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    t0 = i_t * 64
+    row0 = (i_b.to(tl.int64) * T + t0) * H + i_h  # the chunk's first token in [B * T * H]: int64 once
+    q_c = q_ptr + row0 * K
+    k_c = k_ptr + row0 * K
+    g_c = g_ptr + row0 * K
+    v_c = v_ptr + row0 * V
+    beta_c = beta_ptr + row0
+    w_c = w_ptr + row0 * K
+    qg_c = qg_ptr + row0 * K
+    kd_c = kd_ptr + row0 * K
+    u_c = u_ptr + row0 * V
+    aqk_c = aqk_ptr + row0 * 64
+    prefix = tl.zeros([BK], dtype=tl.float32)
+
+    # ---- sub-block 0
+    kq, col0, c, prefix, bkg, b, r0, m0 = _sub_front(
+        q_c, k_c, g_c, beta_c, qg_c, 0, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
+    a00, s00 = _diag(kq, col0, b, offs_r, SDT)
+    _store_blk(aqk_c, r0, m0, 0, s00, offs_r)
+    _store_blk(aqk_c, r0, m0, 16, zero, offs_r)
+    _store_blk(aqk_c, r0, m0, 32, zero, offs_r)
+    _store_blk(aqk_c, r0, m0, 48, zero, offs_r)
+    t = _inv_unit_lower(a00, offs_r).to(dt)
+    w0 = tl.dot(t, bkg.to(dt)).to(dt)
+    _store_rows(w_c, r0, m0, offs_k, mask_k, K, w0)
+    u0 = tl.dot(t, _load_bv(v_c, r0, m0, b, offs_v, mask_v, V).to(dt)).to(dt)
+    _store_rows(u_c, r0, m0, offs_v, mask_v, V, u0)
+
+    # ---- sub-block 1
+    c_prev = c
+    kq, kc, c, prefix, bkg, b, r1, m1 = _sub_front(
+        q_c, k_c, g_c, beta_c, qg_c, 1, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
+    f = tl.exp(c - c_prev)[None, :]
+    col0 = col0 * f
+    col1 = kc
+    a10, s10 = _scores(kq, col0, SDT)
+    a11, s11 = _diag(kq, col1, b, offs_r, SDT)
+    _store_blk(aqk_c, r1, m1, 0, s10, offs_r)
+    _store_blk(aqk_c, r1, m1, 16, s11, offs_r)
+    _store_blk(aqk_c, r1, m1, 32, zero, offs_r)
+    _store_blk(aqk_c, r1, m1, 48, zero, offs_r)
+    a10 = (a10 * b[:, None]).to(dt)
+    t = _inv_unit_lower(a11, offs_r).to(dt)
+    w1 = tl.dot(t, (bkg - tl.dot(a10, w0)).to(dt)).to(dt)
+    _store_rows(w_c, r1, m1, offs_k, mask_k, K, w1)
+    bv = _load_bv(v_c, r1, m1, b, offs_v, mask_v, V)
+    u1 = tl.dot(t, (bv - tl.dot(a10, u0)).to(dt)).to(dt)
+    _store_rows(u_c, r1, m1, offs_v, mask_v, V, u1)
+
+    # ---- sub-block 2
+    c_prev = c
+    kq, kc, c, prefix, bkg, b, r2, m2 = _sub_front(
+        q_c, k_c, g_c, beta_c, qg_c, 2, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
+    f = tl.exp(c - c_prev)[None, :]
+    col0 = col0 * f
+    col1 = col1 * f
+    col2 = kc
+    a20, s20 = _scores(kq, col0, SDT)
+    a21, s21 = _scores(kq, col1, SDT)
+    a22, s22 = _diag(kq, col2, b, offs_r, SDT)
+    _store_blk(aqk_c, r2, m2, 0, s20, offs_r)
+    _store_blk(aqk_c, r2, m2, 16, s21, offs_r)
+    _store_blk(aqk_c, r2, m2, 32, s22, offs_r)
+    _store_blk(aqk_c, r2, m2, 48, zero, offs_r)
+    a20 = (a20 * b[:, None]).to(dt)
+    a21 = (a21 * b[:, None]).to(dt)
+    t = _inv_unit_lower(a22, offs_r).to(dt)
+    w2 = tl.dot(t, (bkg - tl.dot(a20, w0) - tl.dot(a21, w1)).to(dt)).to(dt)
+    _store_rows(w_c, r2, m2, offs_k, mask_k, K, w2)
+    bv = _load_bv(v_c, r2, m2, b, offs_v, mask_v, V)
+    u2 = tl.dot(t, (bv - tl.dot(a20, u0) - tl.dot(a21, u1)).to(dt)).to(dt)
+    _store_rows(u_c, r2, m2, offs_v, mask_v, V, u2)
+
+    # ---- sub-block 3
+    c_prev = c
+    kq, kc, c, prefix, bkg, b, r3, m3 = _sub_front(
+        q_c, k_c, g_c, beta_c, qg_c, 3, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
+    f = tl.exp(c - c_prev)[None, :]
+    col0 = col0 * f
+    col1 = col1 * f
+    col2 = col2 * f
+    col3 = kc
+    a30, s30 = _scores(kq, col0, SDT)
+    a31, s31 = _scores(kq, col1, SDT)
+    a32, s32 = _scores(kq, col2, SDT)
+    a33, s33 = _diag(kq, col3, b, offs_r, SDT)
+    _store_blk(aqk_c, r3, m3, 0, s30, offs_r)
+    _store_blk(aqk_c, r3, m3, 16, s31, offs_r)
+    _store_blk(aqk_c, r3, m3, 32, s32, offs_r)
+    _store_blk(aqk_c, r3, m3, 48, s33, offs_r)
+    a30 = (a30 * b[:, None]).to(dt)
+    a31 = (a31 * b[:, None]).to(dt)
+    a32 = (a32 * b[:, None]).to(dt)
+    t = _inv_unit_lower(a33, offs_r).to(dt)
+    w3 = tl.dot(t, (bkg - tl.dot(a30, w0) - tl.dot(a31, w1) - tl.dot(a32, w2)).to(dt))
+    _store_rows(w_c, r3, m3, offs_k, mask_k, K, w3)
+    bv = _load_bv(v_c, r3, m3, b, offs_v, mask_v, V)
+    u3 = tl.dot(t, (bv - tl.dot(a30, u0) - tl.dot(a31, u1) - tl.dot(a32, u2)).to(dt))
+    _store_rows(u_c, r3, m3, offs_v, mask_v, V, u3)
+
+    # ---- state side: prefix is now G_last (padding rows add g = 0); Kd_J = k_J e^(G_last - G_J).
+    f = tl.exp(prefix - c)[None, :]
+    _store_rows(kd_c, r0, m0, offs_k, mask_k, K, col0 * f)
+    _store_rows(kd_c, r1, m1, offs_k, mask_k, K, col1 * f)
+    _store_rows(kd_c, r2, m2, offs_k, mask_k, K, col2 * f)
+    _store_rows(kd_c, r3, m3, offs_k, mask_k, K, col3 * f)
+    gl_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
+    tl.store(gl_ptr + gl_off + offs_k, tl.exp(prefix), mask=mask_k)
+
+
+@triton.jit
+def kda_chunk_scan_kernel(
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr, h0_ptr,
+    o_ptr, ht_ptr,
+    T, H, NT,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_INITIAL_STATE: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    dt = w_ptr.dtype.element_ty
+
+    offs_c = tl.arange(0, 64)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+    mask_s = mask_k[:, None] & mask_v[None, :]
+
+    state_offs = i_bh.to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+    if HAS_INITIAL_STATE:
+        S = tl.load(h0_ptr + state_offs, mask=mask_s, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BK, BLOCK_V], dtype=tl.float32)
+
+    base = i_b.to(tl.int64) * T * H + i_h
+    gl_base = (i_b.to(tl.int64) * NT * H + i_h) * K
+    for i_t in range(0, NT):
+        t = i_t * 64 + offs_c
+        mask_t = t < T
+        rows = base + t.to(tl.int64) * H
+        m_k = mask_t[:, None] & mask_k[None, :]
+        m_v = mask_t[:, None] & mask_v[None, :]
+        # Rows past T load as zeros: V' there is 0 and adds nothing to o or S.
+        w = tl.load(w_ptr + rows[:, None] * K + offs_k[None, :], mask=m_k, other=0.0)
+        qg = tl.load(qg_ptr + rows[:, None] * K + offs_k[None, :], mask=m_k, other=0.0)
+        kd_t = tl.load(kd_ptr + rows[None, :] * K + offs_k[:, None], mask=mask_k[:, None] & mask_t[None, :], other=0.0)
+        u = tl.load(u_ptr + rows[:, None] * V + offs_v[None, :], mask=m_v, other=0.0)
+        aqk = tl.load(aqk_ptr + rows[:, None] * 64 + offs_c[None, :], mask=mask_t[:, None], other=0.0)
+        gl = tl.load(gl_ptr + gl_base + i_t * H * K + offs_k, mask=mask_k, other=0.0)
+
+        s_dt = S.to(dt)
+        v_new = (u.to(tl.float32) - tl.dot(w, s_dt)).to(dt)
+        o = tl.dot(qg, s_dt) + tl.dot(aqk, v_new)  # reads S from the chunk start, then the intra-chunk part
+        S = S * gl[:, None] + tl.dot(kd_t, v_new)
+        tl.store(o_ptr + rows[:, None] * V + offs_v[None, :], o.to(o_ptr.dtype.element_ty), mask=m_v)
+
+    tl.store(ht_ptr + state_offs, S, mask=mask_s)
+
+
+def entry(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g_raw: torch.Tensor,
+    beta: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KDA forward. Returns (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] float32)."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    for name, x in (("q", q), ("k", k), ("v", v), ("g_raw", g_raw), ("beta", beta)):
+        if not x.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if initial_state is not None and not initial_state.is_contiguous():
+        raise ValueError("initial_state must be contiguous")
+    dev, dtype = q.device, q.dtype
+    NT = triton.cdiv(T, CHUNK)
+    bk = max(16, triton.next_power_of_2(K))  # tl.dot needs every dimension >= 16
+    bvp = max(16, triton.next_power_of_2(V))
+
+    # Intermediates in the input dtype, layout [B, T, H, *] like the inputs; gl in float32.
+    w = torch.empty((B, T, H, K), dtype=dtype, device=dev)
+    qg = torch.empty((B, T, H, K), dtype=dtype, device=dev)
+    kd = torch.empty((B, T, H, K), dtype=dtype, device=dev)
+    u = torch.empty((B, T, H, V), dtype=dtype, device=dev)
+    aqk = torch.empty((B, T, H, CHUNK), dtype=dtype, device=dev)
+    gl = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
+    kda_chunk_prep_kernel[(NT, B * H)](
+        q, k, v, g_raw, beta, A_log, dt_bias,
+        w, u, qg, kd, aqk, gl,
+        T, H, NT, K**-0.5,
+        K=K, V=V, BK=bk, BVP=bvp,
+        LOWER=LOWER_BOUND, EPS=L2NORM_EPS, SCORES_F32=SCORES_FP32,
+        num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
+    )
+
+    o = torch.empty((B, T, H, V), dtype=dtype, device=dev)
+    final_state = torch.empty((B, H, K, V), dtype=torch.float32, device=dev)
+    has_h0 = initial_state is not None
+    block_v = max(16, min(BV, triton.next_power_of_2(V)))
+    kda_chunk_scan_kernel[(triton.cdiv(V, block_v), B * H)](
+        w, u, qg, kd, aqk, gl, initial_state if has_h0 else final_state,
+        o, final_state,
+        T, H, NT,
+        K=K, V=V, BK=bk, BLOCK_V=block_v,
+        HAS_INITIAL_STATE=has_h0,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return o, final_state
