@@ -32,9 +32,12 @@ BV = 32  # value columns per scan program: the state block is K x BV float32 reg
 NUM_WARPS = 4  # scan kernel
 NUM_STAGES = 2  # scan kernel: chunks of W, U, Qg, Kd, Aqk prefetched ahead
 NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M = 16 operands replicate per warp)
-# Register cap for the prep kernel. Uncapped, ptxas takes 227 registers without spills (one CTA of 8 warps
-# an SM); 128 gives two CTAs an SM at about 330 bytes of spills a thread. Worth measuring both on the GPU.
-MAXNREG_PREP: int | None = None
+# Register cap for the prep kernel. Uncapped, ptxas takes 227-233 registers without spills (one CTA of 8
+# warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured faster on
+# the H200 (bench: 1321 us in all against 1548 us uncapped; BENCHMARKS.md).
+MAXNREG_PREP: int | None = 128
+# 16x16 inverses as a product of six float32 matmuls (1) or by row-by-row substitution (0).
+INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
 SCORES_FP32 = False
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
@@ -116,20 +119,31 @@ def _store_blk(aqk_c, roff, mask_r, col0, blk, offs_r):
 
 
 @triton.jit
-def _inv_unit_lower(A, offs_r):
-    """(I + A)^-1 for strictly lower A [16, 16], by forward substitution one row at a time: row i of the
-    inverse's strict part is a + sum_m a[m] X[m, :] with a = -A[i, :], over rows m < i already done.
-    Row i of A is read from A (as a row) and from Aᵀ (as a column), not from the updated X, so the loop
-    carries only X and a reduction over rows: no layout conversion, no barrier on the dependent chain."""
+def _inv_unit_lower(A, offs_r, PRODUCT: tl.constexpr):
+    """(I + A)^-1 for strictly lower A [16, 16].
+
+    PRODUCT: A is nilpotent (A^16 = 0), so (I + A)^-1 = sum_n (-A)^n = (I - A)(I + A^2)(I + A^4)(I + A^8):
+    six 16x16 products in float32 ("ieee": no tf32 rounding), a few barriers each, no dependent chain of
+    15 reductions. Otherwise forward substitution one row at a time: row i of the inverse's strict part
+    is a + sum_m a[m] X[m, :] with a = -A[i, :], rows m < i done; row i of A is read from A (as a row)
+    and from Aᵀ (as a column), so the loop carries only X and one reduction over rows."""
     rows = offs_r[:, None]
     cols = offs_r[None, :]
+    eye = (rows == cols).to(tl.float32)
+    if PRODUCT:
+        a2 = tl.dot(A, A, input_precision="ieee")
+        a4 = tl.dot(a2, a2, input_precision="ieee")
+        a8 = tl.dot(a4, a4, input_precision="ieee")
+        x = tl.dot(eye - A, eye + a2, input_precision="ieee")
+        x = tl.dot(x, eye + a4, input_precision="ieee")
+        return tl.dot(x, eye + a8, input_precision="ieee")
     At = tl.trans(A)
     X = -A
     for i in tl.static_range(1, 16):
         a_col = -tl.sum(tl.where(cols == i, At, 0.0), 1)  # -A[i, m] indexed by the rows m of X
         a_row = -tl.sum(tl.where(rows == i, A, 0.0), 0)  # -A[i, j] indexed by the columns j
         X = tl.where(rows == i, (a_row + tl.sum(a_col[:, None] * X, 0))[None, :], X)
-    return X + (rows == cols).to(tl.float32)
+    return X + eye
 
 
 @triton.jit
@@ -144,7 +158,7 @@ def kda_chunk_prep_kernel(
     w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr,
     T, H, NT, scale,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-    LOWER: tl.constexpr, EPS: tl.constexpr, SCORES_F32: tl.constexpr,
+    LOWER: tl.constexpr, EPS: tl.constexpr, SCORES_F32: tl.constexpr, INV_PRODUCT: tl.constexpr,
 ):
     # Sub-blocks I = 0..3 in order. Block forward substitution for the UT transform,
     #   [W_I | U_I] = T_II ([bkg_I | bv_I] - sum_{J<I} Akk_IJ [W_J | U_J]),  T_II = (I + Akk_II)^-1,
@@ -189,7 +203,7 @@ def kda_chunk_prep_kernel(
     _store_blk(aqk_c, r0, m0, 16, zero, offs_r)
     _store_blk(aqk_c, r0, m0, 32, zero, offs_r)
     _store_blk(aqk_c, r0, m0, 48, zero, offs_r)
-    t = _inv_unit_lower(a00, offs_r).to(dt)
+    t = _inv_unit_lower(a00, offs_r, INV_PRODUCT).to(dt)
     w0 = tl.dot(t, bkg.to(dt)).to(dt)
     _store_rows(w_c, r0, m0, offs_k, mask_k, K, w0)
     u0 = tl.dot(t, _load_bv(v_c, r0, m0, b, offs_v, mask_v, V).to(dt)).to(dt)
@@ -209,7 +223,7 @@ def kda_chunk_prep_kernel(
     _store_blk(aqk_c, r1, m1, 32, zero, offs_r)
     _store_blk(aqk_c, r1, m1, 48, zero, offs_r)
     a10 = (a10 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a11, offs_r).to(dt)
+    t = _inv_unit_lower(a11, offs_r, INV_PRODUCT).to(dt)
     w1 = tl.dot(t, (bkg - tl.dot(a10, w0)).to(dt)).to(dt)
     _store_rows(w_c, r1, m1, offs_k, mask_k, K, w1)
     bv = _load_bv(v_c, r1, m1, b, offs_v, mask_v, V)
@@ -233,7 +247,7 @@ def kda_chunk_prep_kernel(
     _store_blk(aqk_c, r2, m2, 48, zero, offs_r)
     a20 = (a20 * b[:, None]).to(dt)
     a21 = (a21 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a22, offs_r).to(dt)
+    t = _inv_unit_lower(a22, offs_r, INV_PRODUCT).to(dt)
     w2 = tl.dot(t, (bkg - tl.dot(a20, w0) - tl.dot(a21, w1)).to(dt)).to(dt)
     _store_rows(w_c, r2, m2, offs_k, mask_k, K, w2)
     bv = _load_bv(v_c, r2, m2, b, offs_v, mask_v, V)
@@ -260,7 +274,7 @@ def kda_chunk_prep_kernel(
     a30 = (a30 * b[:, None]).to(dt)
     a31 = (a31 * b[:, None]).to(dt)
     a32 = (a32 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a33, offs_r).to(dt)
+    t = _inv_unit_lower(a33, offs_r, INV_PRODUCT).to(dt)
     w3 = tl.dot(t, (bkg - tl.dot(a30, w0) - tl.dot(a31, w1) - tl.dot(a32, w2)).to(dt))
     _store_rows(w_c, r3, m3, offs_k, mask_k, K, w3)
     bv = _load_bv(v_c, r3, m3, b, offs_v, mask_v, V)
@@ -364,7 +378,7 @@ def entry(
         w, u, qg, kd, aqk, gl,
         T, H, NT, K**-0.5,
         K=K, V=V, BK=bk, BVP=bvp,
-        LOWER=LOWER_BOUND, EPS=L2NORM_EPS, SCORES_F32=SCORES_FP32,
+        LOWER=LOWER_BOUND, EPS=L2NORM_EPS, SCORES_F32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT,
         num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
     )
 
