@@ -97,9 +97,7 @@ def mla_split_kernel(
         acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
         m_i = m_new
 
-    # One reciprocal per row, then multiplies: a full-precision divide of each of the 512 columns
-    # costs a dozen instructions apiece, which at one tile per program (B=1) rivals the whole tile.
-    out = acc * (1.0 / l_i)[:, None]
+    out = acc / l_i[:, None]
     if DIRECT_OUT:
         o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
         tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
