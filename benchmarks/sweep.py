@@ -42,6 +42,11 @@ def kernel_rows(report: dict[str, Any]) -> list[str]:
             f"{k.get('shared_bytes')} B shared" for k in report.get("kernels", [])]
 
 
+def first_error(report: dict[str, Any]) -> str:
+    messages = [report.get("error") or ""] + [e.get("message", "") for e in report.get("errors") or []]
+    return next((m for m in messages if m), "")[:300]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
@@ -78,7 +83,7 @@ def main() -> int:
                 timing = r.get("timing") or {}
                 row = {"shape": shape, "config": config, "ok": bool(r.get("ok")),
                        "correct": r.get("correct"), "error_class": r.get("error_class"),
-                       "error": (r.get("error") or "")[:300], "median_us": timing.get("median_us"),
+                       "error": first_error(r), "median_us": timing.get("median_us"),
                        "iqr_pct": timing.get("spread_pct"), "mode": timing.get("mode"),
                        "baseline_us": (r.get("baseline") or {}).get("median_us"), "speedup": r.get("speedup"),
                        "gbps": (r.get("achieved") or {}).get("gbps"), "kernels": kernel_rows(r),

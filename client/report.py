@@ -89,8 +89,8 @@ def plot(state: RunState, path: Path) -> None:
     steps = [a.step or 0 for a in attempts]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     base_name = next((a.baseline for a in attempts if a.baseline), "the baseline")
-    label = {"speedup": f"speedup over {base_name} at {fmt_us(base_us)} us (x)", "median_us": "best median time (us, lower is better)",
-             "none": "outcome (nothing was timed)"}[metric]
+    label = {"speedup": f"speedup over {base_name} at {fmt_us(base_us or 0.0)} us (x)",
+             "median_us": "best median time (us, lower is better)", "none": "outcome (nothing was timed)"}[metric]
     outcomes = [o for o in MARKERS if any(a.outcome == o for a in attempts)]
     for ax, xs, xlabel in ((axes[0], hours, f"active {unit} since the start"), (axes[1], steps, "step")):
         if metric == "none":

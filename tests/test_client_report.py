@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -104,7 +105,7 @@ def test_best_curve_uses_one_baseline_figure_and_never_falls() -> None:
     assert base == pytest.approx(27.5)
     series = best_series(attempts, "speedup", None, base)
     assert series == pytest.approx([0.275, 27.5 / 99, 27.5 / 99, 0.55])
-    assert all(b >= a for a, b in zip(series, series[1:]))
+    assert all(b >= a for a, b in itertools.pairwise(series))
 
 
 @pytest.mark.parametrize("when", ["finished", "running"])

@@ -18,9 +18,14 @@ from tests.test_problem_kda import dims, within
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
 
 
-@pytest.fixture(scope="module")
-def solution() -> ModuleType:
-    return load_candidate(SOLUTION)
+@pytest.fixture(scope="module", params=[0, 1], ids=["subblock-prep", "full-tile-prep"])
+def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """Both prep kernels (PREP_FULL 0 and 1) must give the same results; the scan is shared."""
+    from client.tuner import rewrite
+
+    path = tmp_path_factory.mktemp("kda") / "solution.py"
+    path.write_text(rewrite(SOLUTION.read_text(), {"PREP_FULL": request.param}))
+    return load_candidate(path)
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:

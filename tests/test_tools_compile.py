@@ -135,3 +135,14 @@ def test_spills_and_shared_memory_beyond_the_sm_limit_are_reported(tmp_path: Pat
                                                                        "NUM_STAGES": 2}), "bench", cache_dir=tmp_path)
     assert fits["ok"], fits["errors"]
     assert all(k["spill_bytes"] == 0 and k["spill_instructions"] == 0 for k in fits["kernels"])
+
+
+def test_string_and_dtype_constexprs_are_compiled(tmp_path: Path) -> None:
+    """Options passed as constexprs (input_precision="tf32x3", a tl dtype) reach the sm_90 compile."""
+    source = SOFTMAX.replace("BLOCK: tl.constexpr):", "BLOCK: tl.constexpr, MODE: tl.constexpr, "
+                             "ACC: tl.constexpr):").replace(
+        "BLOCK=block, num_warps", "BLOCK=block, MODE=\"tf32x3\", ACC=tl.float32, num_warps")
+    assert source != SOFTMAX and "MODE=" in source
+    r = compile_candidate("softmax", source, "bench", cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    assert r["kernels"][0]["constexprs"]["MODE"] == "tf32x3"

@@ -42,8 +42,12 @@ def _stand_in(desc: dict[str, Any]) -> Any:
         if desc.get("aligned16", True):
             return base
         return base[1:]  # an element offset breaks 16-byte alignment as the original view did
-    if kind in ("int", "float", "bool"):
+    if kind in ("int", "float", "bool", "str"):
         return desc["value"]
+    if kind == "tl_dtype":
+        import triton.language as tl
+
+        return tl.dtype(desc["value"])  # its name, e.g. "fp32", "bf16"
     if kind == "none":
         return None
     raise ValueError(f"cannot compile an argument of kind {kind!r} ({desc.get('repr', '')})")

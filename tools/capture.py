@@ -36,6 +36,12 @@ def _describe_arg(value: Any) -> dict[str, Any]:
         return {"kind": "int", "value": value}
     if isinstance(value, float):
         return {"kind": "float", "value": value}
+    if isinstance(value, str):  # a constexpr option, e.g. input_precision="tf32x3"
+        return {"kind": "str", "value": value}
+    import triton.language as tl
+
+    if isinstance(value, tl.dtype):  # a dtype passed as a constexpr
+        return {"kind": "tl_dtype", "value": value.name}
     if hasattr(value, "dtype") and hasattr(value, "value"):  # tl.constexpr
         return _describe_arg(value.value)
     text = repr(value)

@@ -5,6 +5,10 @@
    UT transform (I + Akk) [W | U] = Diag(beta) [K e^G | V] by block forward substitution (16x16 diagonal
    blocks inverted row by row in registers). Writes W, U, Qg = Q e^G, Kd = K e^(G_last - G), Aqk in the
    input dtype and exp(G_last) in float32.
+   `kda_chunk_prep_full_kernel` (PREP_FULL = 1) computes the same on whole 64-row tiles: the scores as
+   four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
+   (nilpotent products for the diagonal blocks, then one block-lower correction). Correct on the CPU;
+   its GPU time is the next measurement to make (BENCHMARKS.md has the sub-block kernel's).
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
@@ -36,12 +40,19 @@ NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M 
 # warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured faster on
 # the H200 (bench: 1321 us in all against 1548 us uncapped; BENCHMARKS.md).
 MAXNREG_PREP: int | None = 128
+# Prep kernel: 0 works in 16-row sub-blocks (measured: BENCHMARKS.md); 1 on whole 64-row tiles with the
+# 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel; correct on the CPU, not yet timed on a GPU).
+PREP_FULL = 0
+# Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
+# (about float32 accuracy, three passes) or "ieee" (no tensor cores).
+INV_PRECISION = "tf32x3"
 # 16x16 inverses as a product of six float32 matmuls (1) or by row-by-row substitution (0).
 INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
 SCORES_FP32 = False
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
-TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3]}
+TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3], "PREP_FULL": [0, 1],
+              "MAXNREG_PREP": [None, 128]}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)
@@ -292,6 +303,120 @@ def kda_chunk_prep_kernel(
 
 
 @triton.jit
+def _centre_scores(krf, qrf, k, G, c, offs_t, akk, aqk, lo: tl.constexpr, dt: tl.constexpr):
+    """Add Akk and Aqk rows lo..lo+15 for the centre c = G at row lo. The row factors (in krf, qrf) are
+    re-centred per row's own sub-block; the column factor k_j e^(c - G_j) is formed only for j < lo + 16
+    (<= e^75 inside the sub-block, <= 1 before it), never for a later column."""
+    keep = (offs_t < lo + 16)[:, None]
+    kc = tl.where(keep, k * tl.exp(tl.where(keep, c[None, :] - G, 0.0)), 0.0).to(dt)
+    rows = ((offs_t >= lo) & (offs_t < lo + 16))[:, None]
+    akk = tl.dot(tl.where(rows, krf, 0.0).to(dt), tl.trans(kc), akk)
+    aqk = tl.dot(tl.where(rows, qrf, 0.0).to(dt), tl.trans(kc), aqk)
+    return akk, aqk
+
+
+@triton.jit
+def _row(X, offs_t, r: tl.constexpr):
+    return tl.sum(tl.where(offs_t[:, None] == r, X, 0.0), 0)
+
+
+@triton.jit
+def kda_chunk_prep_full_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr,
+    T, H, NT, scale,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+    LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr,
+):
+    """The same outputs as kda_chunk_prep_kernel, computed on whole 64-row tiles (tensor-core sized).
+
+    Scores: four 64-row products, one per sub-block centre, each on its own 16 rows (4x the
+    multiply-adds of 16-row blocks, in place of their operand replication and dependent chain). The
+    inverse of I + Akk: D, the 16x16 diagonal blocks, inverted as (I - D)(I + D^2)(I + D^4)(I + D^8)
+    (nilpotent); the rest as I + Akk = (I + D)(I + N), N = (I + D)^-1 L strictly block-lower with
+    N^4 = 0, so (I + Akk)^-1 = (I - N)(I + N^2) (I + D)^-1. Ten 64x64 products, no row-by-row chain.
+    """
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    dt = q_ptr.dtype.element_ty
+
+    offs_t = tl.arange(0, 64)
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, BVP)
+    mask_t = i_t * 64 + offs_t < T
+    mask_k = offs_k < K
+    mk = mask_t[:, None] & mask_k[None, :]
+    mv = mask_t[:, None] & (offs_v < V)[None, :]
+    row0 = (i_b.to(tl.int64) * T + i_t * 64) * H + i_h  # the chunk's first token in [B * T * H]
+    rk = (offs_t * H)[:, None] * K + offs_k[None, :]
+    rv = (offs_t * H)[:, None] * V + offs_v[None, :]
+
+    a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
+    bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+    graw = tl.load(g_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
+    q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
+    k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+    g = tl.where(mk, LOWER * tl.sigmoid(a * (graw + bias[None, :])), 0.0)
+    G = tl.cumsum(g, 0)  # padding rows add 0: the last row is G_last
+    g_last = tl.sum(g, 0)
+
+    c0 = _row(G, offs_t, 0)
+    c1 = _row(G, offs_t, 16)
+    c2 = _row(G, offs_t, 32)
+    c3 = _row(G, offs_t, 48)
+    sub = (offs_t // 16)[:, None]
+    centre = tl.where(sub == 0, c0[None, :], tl.where(sub == 1, c1[None, :], tl.where(sub == 2, c2[None, :],
+                                                                                   c3[None, :])))
+    # Everything that needs q or e^G is formed and stored here, so that only k and G stay live
+    # through the scores (register pressure: each [64, 128] float32 tile is 32 registers a thread at 8 warps).
+    rf = tl.exp(G - centre)  # <= 1
+    e_g = rf * tl.exp(centre)  # e^G; underflows only below e^-87
+    tl.store(qg_ptr + row0 * K + rk, (q * e_g).to(dt), mask=mk)
+    qrf = (q * rf).to(dt)
+    krf = (k * rf).to(dt)
+    tl.store(kd_ptr + row0 * K + rk, (k * tl.exp(g_last[None, :] - G)).to(dt), mask=mk)
+    akk = tl.zeros([64, 64], dtype=tl.float32)
+    aqk = tl.zeros([64, 64], dtype=tl.float32)
+    akk, aqk = _centre_scores(krf, qrf, k, G, c0, offs_t, akk, aqk, 0, dt)
+    akk, aqk = _centre_scores(krf, qrf, k, G, c1, offs_t, akk, aqk, 16, dt)
+    akk, aqk = _centre_scores(krf, qrf, k, G, c2, offs_t, akk, aqk, 32, dt)
+    akk, aqk = _centre_scores(krf, qrf, k, G, c3, offs_t, akk, aqk, 48, dt)
+    bkg = (beta[:, None] * k * tl.exp(G)).to(dt)  # the last use of k and G
+    i_ = offs_t[:, None]
+    j_ = offs_t[None, :]
+    akk = tl.where(i_ > j_, akk * beta[:, None], 0.0)
+    aqk = tl.where(i_ >= j_, aqk, 0.0)
+    tl.store(aqk_ptr + row0 * 64 + (offs_t * H)[:, None] * 64 + offs_t[None, :], aqk.to(dt),
+             mask=mask_t[:, None])
+
+    eye = (i_ == j_).to(tl.float32)
+    diag = tl.where(i_ // 16 == j_ // 16, akk, 0.0)
+    d2 = tl.dot(diag, diag, input_precision=INV_PRECISION)
+    d4 = tl.dot(d2, d2, input_precision=INV_PRECISION)
+    d8 = tl.dot(d4, d4, input_precision=INV_PRECISION)
+    d_inv = tl.dot(eye - diag, eye + d2, input_precision=INV_PRECISION)
+    d_inv = tl.dot(d_inv, eye + d4, input_precision=INV_PRECISION)
+    d_inv = tl.dot(d_inv, eye + d8, input_precision=INV_PRECISION)
+    n = tl.dot(d_inv, akk - diag, input_precision=INV_PRECISION)
+    n2 = tl.dot(n, n, input_precision=INV_PRECISION)
+    t_inv = tl.dot(tl.dot(eye - n, eye + n2, input_precision=INV_PRECISION), d_inv,
+                   input_precision=INV_PRECISION).to(dt)
+
+    w = tl.dot(t_inv, bkg)
+    tl.store(w_ptr + row0 * K + rk, w.to(dt), mask=mk)
+    v = tl.load(v_ptr + row0 * V + rv, mask=mv, other=0.0).to(tl.float32)
+    u = tl.dot(t_inv, (beta[:, None] * v).to(dt))
+    tl.store(u_ptr + row0 * V + rv, u.to(dt), mask=mv)
+    gl_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
+    tl.store(gl_ptr + gl_off + offs_k, tl.exp(g_last), mask=mask_k)
+
+
+@triton.jit
 def kda_chunk_scan_kernel(
     w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr, h0_ptr,
     o_ptr, ht_ptr,
@@ -373,14 +498,17 @@ def entry(
     u = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     aqk = torch.empty((B, T, H, CHUNK), dtype=dtype, device=dev)
     gl = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
-    kda_chunk_prep_kernel[(NT, B * H)](
-        q, k, v, g_raw, beta, A_log, dt_bias,
-        w, u, qg, kd, aqk, gl,
-        T, H, NT, K**-0.5,
-        K=K, V=V, BK=bk, BVP=bvp,
-        LOWER=LOWER_BOUND, EPS=L2NORM_EPS, SCORES_F32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT,
-        num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
-    )
+    prep_args = (q, k, v, g_raw, beta, A_log, dt_bias, w, u, qg, kd, aqk, gl, T, H, NT, K**-0.5)
+    if PREP_FULL:
+        kda_chunk_prep_full_kernel[(NT, B * H)](
+            *prep_args, K=K, V=V, BK=bk, BVP=bvp, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
+            INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
+        )
+    else:
+        kda_chunk_prep_kernel[(NT, B * H)](
+            *prep_args, K=K, V=V, BK=bk, BVP=bvp, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
+            SCORES_F32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
+        )
 
     o = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     final_state = torch.empty((B, H, K, V), dtype=torch.float32, device=dev)
