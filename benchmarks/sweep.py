@@ -67,6 +67,8 @@ def main() -> int:
     configs = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())] or [{}]
     if args.top_from:
         earlier = [r for r in json.loads(Path(args.top_from).read_text()) if r.get("median_us")]
+        if not earlier:
+            raise SystemExit(f"{args.top_from} has no timed variant to start from (a CPU sweep times nothing)")
         best = [r["config"] for r in sorted(earlier, key=lambda r: r["median_us"])[: args.top]]
         configs = [{**b, **c} for b in best for c in configs]
     svc = Service()
