@@ -13,7 +13,7 @@ import torch
 from kernels.kda.problem import PROBLEM, make_inputs
 from kernels.kda.reference import CHUNK, kda_gate
 from tests.candidates import interpreted, load_candidate
-from tests.test_problem_kda import dims, within
+from tests.test_problem_kda import check_float32_kernel, dims, within
 
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
 
@@ -29,16 +29,7 @@ def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:
-    before = [x.clone() if x is not None else None for x in inputs]
-    out = solution.entry(*inputs)
-    ref = PROBLEM.reference(*inputs)
-    assert out[0].dtype == inputs[0].dtype and out[1].dtype == torch.float32
-    for name, o, r in zip(PROBLEM.output_names, out, ref):
-        ok, err = within(o, r, PROBLEM.tolerance_for(name))
-        assert ok, (name, err)
-        assert err < max_err, (name, err)  # float32 all the way: far inside the bf16 tolerance
-    for x, y in zip(inputs, before):
-        assert (x is None and y is None) or torch.equal(x, y)
+    check_float32_kernel(solution.entry, inputs, max_err)
 
 
 @interpreted

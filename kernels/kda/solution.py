@@ -206,6 +206,8 @@ def kda_chunk_prep_kernel(
     aqk_c = aqk_ptr + row0 * 64
     prefix = tl.zeros([BK], dtype=tl.float32)
 
+    # The four sub-blocks are written out, not looped: sub-block I needs the tiles of every J < I, and a
+    # Triton kernel cannot hold a list of tiles indexed by a loop variable.
     # ---- sub-block 0
     kq, col0, c, prefix, bkg, b, r0, m0 = _sub_front(
         q_c, k_c, g_c, beta_c, qg_c, 0, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
