@@ -6,6 +6,8 @@ These run the real worker pool: a warm subprocess per test module, the Triton in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -192,3 +194,21 @@ def test_cpu_profile_says_no_timing(pool: WorkerPool) -> None:
     assert r["timing"] is None and r["speedup"] is None
     assert "no timing was taken" in r["timing_note"]
     assert "bench" not in r["shapes_checked"]
+
+
+def test_worker_env_keeps_triton_caches_and_drops_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted worker must find its compiled kernels and autotuning results (FLA re-autotunes for
+    minutes otherwise), and never sees a credential."""
+    from tools.pool import worker_env
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    env = worker_env(1, tmp_path)
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")
+    assert env["TRITON_CACHE_AUTOTUNING"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and "TRITON_INTERPRET" not in env
+    assert "ANTHROPIC_API_KEY" not in env
+    cpu = worker_env(None, tmp_path)
+    assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    assert worker_env(None, tmp_path)["TRITON_CACHE_AUTOTUNING"] == "0"  # a user's choice stands

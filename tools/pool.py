@@ -54,6 +54,27 @@ def visible_gpus() -> list[int]:
     return list(range(count))
 
 
+def worker_env(gpu: int | None, root: Path) -> dict[str, str]:
+    """A worker's environment: no credentials, the project importable, its own GPU or the interpreter.
+
+    Triton's compile cache and its autotuning results live under the pool's root, so a restarted worker
+    (after a crash, or the next CLI call) neither recompiles nor re-autotunes: FLA's chunk_kda baseline
+    spends 84-101 s per new shape on its first call otherwise (BENCHMARKS.md).
+    """
+    env = scrubbed_env()
+    env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TRITON_CACHE_DIR", str(root / "triton-cache"))
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    if gpu is None:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)
+        parent_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = parent_visible.split(",") if parent_visible else [str(i) for i in range(gpu + 1)]
+        env["CUDA_VISIBLE_DEVICES"] = ids[gpu].strip()
+    return env
+
 class WorkerProcess:
     """One worker subprocess and its pipes."""
 
@@ -64,17 +85,7 @@ class WorkerProcess:
         self.dir.mkdir(parents=True, exist_ok=True)
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
-        env = scrubbed_env()
-        env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("TRITON_CACHE_DIR", str(root / "triton-cache"))
-        if gpu is None:
-            env["TRITON_INTERPRET"] = "1"
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        else:
-            env.pop("TRITON_INTERPRET", None)
-            parent_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            ids = parent_visible.split(",") if parent_visible else [str(i) for i in range(gpu + 1)]
-            env["CUDA_VISIBLE_DEVICES"] = ids[gpu].strip()
+        env = worker_env(gpu, root)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tools.worker", str(to_child_r), str(from_child_w)],
             cwd=self.dir, env=env, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
