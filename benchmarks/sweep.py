@@ -27,6 +27,16 @@ from client.tuner import rewrite
 from server.service import Service
 
 
+def module_constants(source: str) -> set[str]:
+    """Names assigned at module level: what `rewrite` can change."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
 def parse_grid(items: list[str]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for item in items:
@@ -55,22 +65,31 @@ def main() -> int:
     ap.add_argument("--grid", action="append", default=[], help="NAME=v1,v2,... (repeatable)")
     ap.add_argument("--graph", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--baseline", help="baseline to time against (default: the problem's first available)")
-    ap.add_argument("--top-from", help="a JSON of an earlier sweep: cross its --top fastest configs with --grid")
+    ap.add_argument("--top-from", help="a JSON of an earlier sweep: cross its --top fastest configs at the (first)"
+                                       " shape with --grid")
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--compile-only", action="store_true", help="report sm_90 resources only (no GPU needed)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     base = Path(args.file).read_text()
     grid = parse_grid(args.grid)
+    unknown = sorted(set(grid) - module_constants(base))
+    if unknown:  # rewrite() would leave the file as it is: N identical variants that look like a sweep
+        raise SystemExit(f"{args.file} has no module-level constant named {', '.join(unknown)}")
     shapes = args.shape or ["bench"]
     graph = {"auto": None, "on": True, "off": False}[args.graph]
     configs = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())] or [{}]
     if args.top_from:
-        earlier = [r for r in json.loads(Path(args.top_from).read_text()) if r.get("median_us")]
+        earlier = [r for r in json.loads(Path(args.top_from).read_text())
+                   if r.get("median_us") and r.get("shape") == shapes[0]]
         if not earlier:
-            raise SystemExit(f"{args.top_from} has no timed variant to start from (a CPU sweep times nothing)")
-        best = [r["config"] for r in sorted(earlier, key=lambda r: r["median_us"])[: args.top]]
-        configs = [{**b, **c} for b in best for c in configs]
+            raise SystemExit(f"{args.top_from} has no timed variant at {shapes[0]} to start from "
+                             "(a CPU sweep times nothing)")
+        best: list[dict[str, Any]] = []
+        for r in sorted(earlier, key=lambda r: r["median_us"]):
+            if r["config"] not in best:
+                best.append(r["config"])
+        configs = [{**b, **c} for b in best[: args.top] for c in configs]
     svc = Service()
     rows: list[dict[str, Any]] = []
     try:

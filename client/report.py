@@ -27,7 +27,8 @@ TABLE_ROWS = 200
 
 
 def _metric(attempts: list[AttemptRec]) -> str:
-    if any(a.speedup is not None for a in attempts if a.outcome == "correct"):
+    """Speedup where a baseline was timed (against the run's one figure for it), else the median time."""
+    if any(a.baseline_us and a.median_us for a in attempts if a.outcome == "correct"):
         return "speedup"
     if any(a.median_us is not None for a in attempts if a.outcome == "correct"):
         return "median_us"

@@ -14,7 +14,7 @@ import pytest
 
 from client.goal import Budget, Goal
 from client.loop import start_run
-from client.report import best_series, markdown, run_baseline_us, write_report
+from client.report import _metric, best_series, markdown, run_baseline_us, write_report
 from client.runs import RunLock, liveness, status_data
 from client.runstate import AttemptRec, RunState
 from state import EventLog
@@ -101,6 +101,9 @@ def test_best_curve_uses_one_baseline_figure_and_never_falls() -> None:
                           speedup=base / us, baseline="torch", baseline_us=base)
 
     attempts = [rec(1, 100.0, 30.0), rec(2, 99.0, 20.0), rec(3, 120.0, 60.0), rec(4, 50.0, 25.0)]
+    assert _metric(attempts) == "speedup"
+    # speedups logged without the baseline's time cannot be put on one scale: the plot falls back to time
+    assert _metric([AttemptRec(**{**a.as_dict(), "baseline_us": None}) for a in attempts]) == "median_us"
     base = run_baseline_us(attempts)
     assert base == pytest.approx(27.5)
     series = best_series(attempts, "speedup", None, base)

@@ -84,12 +84,14 @@ def test_solution_passes_the_static_guard() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("shape", ["mid", "bench", "bench_b2"])
-def test_gpu_bf16_solution_passes(solution: ModuleType, shape: str) -> None:
-    """bf16 operands (as FLA's): the tolerance, measured from FLA's own error, must still hold."""
+@pytest.mark.parametrize(("shape", "seed"), [("mid", 0), ("bench", 0), ("bench_b2", 0)]
+                         + [(s, seed) for s in ("small", "odd") for seed in range(4)])
+def test_gpu_bf16_solution_passes(solution: ModuleType, shape: str, seed: int) -> None:
+    """bf16 operands (as FLA's): the tolerance, measured from FLA's own error, must still hold, also at the
+    small check shapes where |o| is largest (the atol there was set from FLA's and this kernel's errors)."""
     from tools import guard
 
-    inputs = PROBLEM.inputs(shape, 0, "cuda")
+    inputs = PROBLEM.inputs(shape, seed, "cuda")
     with guard.candidate_guard():
         out = solution.entry(*inputs)
     ref = PROBLEM.reference(*inputs)

@@ -83,13 +83,24 @@ def test_one_split_writes_the_output_directly(tmp_path: Path) -> None:
 
 @interpreted
 @pytest.mark.parametrize("config", [
-    {"BLOCK_H": 16, "BLOCK_N": 32, "PARTIAL_BF16": 1},   # several head groups at small (H=16: one; odd: masked)
+    {"BLOCK_H": 16, "BLOCK_N": 32, "PARTIAL_BF16": 1},   # one full head group at small, a masked one at odd
     {"BLOCK_H": 32, "BLOCK_N": 64, "SPLIT_WAVES": 2.0},
 ])
 def test_other_configurations_are_correct(tmp_path: Path, config: dict[str, object]) -> None:
     module = variant(tmp_path, **config)
     for shape in ("small", "odd"):
         run_checked(module, shape, seed=11)
+
+
+@interpreted
+def test_several_head_groups_a_program_each(tmp_path: Path) -> None:
+    """H=24 with 16 heads a program: two head groups, the second half masked, per batch element."""
+    module = variant(tmp_path, BLOCK_H=16, BLOCK_N=16)
+    q, kv = PROBLEM.make_inputs({"B": 2, "H": 24, "S": 45}, 7, "cpu", torch.float32)
+    with guard.candidate_guard():
+        out = module.entry(q, kv)
+    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
+    assert verdict["ok"] and verdict["rel_err"] < 1e-5, verdict
 
 
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

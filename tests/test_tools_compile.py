@@ -117,8 +117,8 @@ def test_static_guard_allows_allocation_views_and_triton() -> None:
 
 
 def test_spills_and_shared_memory_beyond_the_sm_limit_are_reported(tmp_path: Path) -> None:
-    """A 64x512 fp32 accumulator on 4 warps cannot live in registers, and three 74 KB stages of a cache
-    tile exceed sm_90's 227 KiB: both must show (the GPU would only say so at launch)."""
+    """A 64x512 fp32 accumulator on 4 warps cannot live in registers, and q's 74 KB tile plus three 74 KB
+    stages of the cache tile (295 KB) exceed sm_90's 227 KiB: both must show (a GPU says so only at launch)."""
     from client.tuner import rewrite
     from kernels import solution_path
 
@@ -146,3 +146,4 @@ def test_string_and_dtype_constexprs_are_compiled(tmp_path: Path) -> None:
     r = compile_candidate("softmax", source, "bench", cache_dir=tmp_path)
     assert r["ok"], r["errors"]
     assert r["kernels"][0]["constexprs"]["MODE"] == "tf32x3"
+    assert r["kernels"][0]["constexprs"]["ACC"] == "fp32"

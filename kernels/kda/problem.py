@@ -98,9 +98,10 @@ def reference(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]
 #   odd, K=16) and so are its bf16 errors: over 12 seeds FLA needs atol up to 2.4e-3 at odd (median
 #   1.0e-3) and the project's chunked solution up to 1.3e-3 (H200, 2026-11-29); an atol of 1e-3 failed
 #   FLA itself on half the seeds. Bounds: rel_err 1e-2, atol 3e-3, rtol 2e-2 (2.4x FLA's relative error,
-#   1.25x its worst atol). Plausible bugs are far out: output read before the delta update rel_err 0.68-0.76,
-#   softplus gate without the -5 bound 0.60-0.69, gate without exp(A_log) 0.54-0.62, no initial
-#   state 0.40, no L2 norm non-finite.
+#   1.25x its worst atol). At bench, where mean |o| is 0.004, that elementwise bound is loose: there the
+#   relative Frobenius bound is what catches errors. Plausible bugs are far out: output read before the
+#   delta update rel_err 0.68-0.76, softplus gate without the -5 bound 0.60-0.69, gate without exp(A_log)
+#   0.54-0.62, no initial state 0.40, no L2 norm non-finite.
 # - final_state (float32 out, but chunked kernels build it from bf16 operands): FLA is at rel_err
 #   3.0e-3 and needs atol 1.3-2.5e-3 at rtol 2e-2. Bounds: rel_err 1e-2, atol 1e-2, rtol 2e-2; a
 #   transposed state is at rel_err 1.4, the gate bugs at 0.53-0.69.

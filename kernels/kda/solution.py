@@ -2,9 +2,9 @@
 
 1. `kda_chunk_prep_kernel`, one program per (chunk of 64 tokens, batch * head), all independent. In four
    sub-blocks of 16 rows: gate, L2 norms, the cumulative gate G, the decayed scores Akk / Aqk, and the
-   UT transform (I + Akk) [W | U] = Diag(beta) [K e^G | V] by block forward substitution (16x16 diagonal
-   blocks inverted row by row in registers). Writes W, U, Qg = Q e^G, Kd = K e^(G_last - G), Aqk in the
-   input dtype and exp(G_last) in float32.
+   UT transform (I + Akk) [W | U] = Diag(beta) [K e^G | V] by block forward substitution (each 16x16
+   diagonal block inverted as a product of six small float32 matmuls, INV_PRODUCT). Writes W, U,
+   Qg = Q e^G, Kd = K e^(G_last - G), Aqk in the input dtype and exp(G_last) in float32.
    `kda_chunk_prep_full_kernel` (PREP_FULL = 1) computes the same on whole 64-row tiles: the scores as
    four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
    (nilpotent products for the diagonal blocks, then one block-lower correction). Correct on the CPU;
@@ -22,8 +22,8 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks in the prep kernel (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part, a chain of dependent matmuls a
-chunk, latency bound at small B * H. The prep kernel's risk is latency: 16-row matmuls, the row-by-row
-16x16 inverses (shuffles, layout conversions through shared memory) at one CTA an SM.
+chunk, latency bound at small B * H. Measured on the H200 (BENCHMARKS.md), the prep kernel is the limit:
+its sub-blocks form one long dependent chain of 16-row matmuls, 16x16 inverses and layout conversions.
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ BV = 32  # value columns per scan program: the state block is K x BV float32 reg
 NUM_WARPS = 4  # scan kernel
 NUM_STAGES = 2  # scan kernel: chunks of W, U, Qg, Kd, Aqk prefetched ahead
 NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M = 16 operands replicate per warp)
-# Register cap for the prep kernel. Uncapped, ptxas takes 227-233 registers without spills (one CTA of 8
-# warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured faster on
-# the H200 (bench: 1321 us in all against 1548 us uncapped; BENCHMARKS.md).
+# Register cap for the sub-block prep kernel. Uncapped, ptxas takes 227-233 registers without spills (one
+# CTA of 8 warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured
+# faster on the H200 (bench, product inverses, 8 warps: 1321 us in all capped against 1548 us uncapped).
 MAXNREG_PREP: int | None = 128
+# The full-tile prep kernel's cap: uncapped it takes 255 registers and spills 88 bytes; at 128 it would
+# spill over a kilobyte a thread.
+MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 0 works in 16-row sub-blocks (measured: BENCHMARKS.md); 1 on whole 64-row tiles with the
 # 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel; correct on the CPU, not yet timed on a GPU).
 PREP_FULL = 0
@@ -166,10 +169,10 @@ def _store_rows(ptr_c, roff, mask_r, offs_c, mask_c, n_cols: tl.constexpr, x):
 @triton.jit
 def kda_chunk_prep_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr,
     T, H, NT, scale,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
-    LOWER: tl.constexpr, EPS: tl.constexpr, SCORES_F32: tl.constexpr, INV_PRODUCT: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr,
+    LOWER: tl.constexpr, EPS: tl.constexpr, SCORES_FP32: tl.constexpr, INV_PRODUCT: tl.constexpr,
 ):
     # Sub-blocks I = 0..3 in order. Block forward substitution for the UT transform,
     #   [W_I | U_I] = T_II ([bkg_I | bv_I] - sum_{J<I} Akk_IJ [W_J | U_J]),  T_II = (I + Akk_II)^-1,
@@ -181,11 +184,11 @@ def kda_chunk_prep_kernel(
     i_b = i_bh // H
     i_h = i_bh % H
     dt = q_ptr.dtype.element_ty
-    SDT: tl.constexpr = tl.float32 if SCORES_F32 else dt  # score matmul operands
+    SDT: tl.constexpr = tl.float32 if SCORES_FP32 else dt  # score matmul operands
 
     offs_r = tl.arange(0, 16)
     offs_k = tl.arange(0, BK)
-    offs_v = tl.arange(0, BVP)
+    offs_v = tl.arange(0, V_PAD)
     mask_k = offs_k < K
     mask_v = offs_v < V
     zero = tl.zeros([16, 16], dtype=tl.float32)
@@ -209,43 +212,43 @@ def kda_chunk_prep_kernel(
     # The four sub-blocks are written out, not looped: sub-block I needs the tiles of every J < I, and a
     # Triton kernel cannot hold a list of tiles indexed by a loop variable.
     # ---- sub-block 0
-    kq, col0, c, prefix, bkg, b, r0, m0 = _sub_front(
+    kq, col0, c, prefix, bkg, beta_s, r0, m0 = _sub_front(
         q_c, k_c, g_c, beta_c, qg_c, 0, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
-    a00, s00 = _diag(kq, col0, b, offs_r, SDT)
+    a00, s00 = _diag(kq, col0, beta_s, offs_r, SDT)
     _store_blk(aqk_c, r0, m0, 0, s00, offs_r)
     _store_blk(aqk_c, r0, m0, 16, zero, offs_r)
     _store_blk(aqk_c, r0, m0, 32, zero, offs_r)
     _store_blk(aqk_c, r0, m0, 48, zero, offs_r)
-    t = _inv_unit_lower(a00, offs_r, INV_PRODUCT).to(dt)
-    w0 = tl.dot(t, bkg.to(dt)).to(dt)
+    t_inv = _inv_unit_lower(a00, offs_r, INV_PRODUCT).to(dt)
+    w0 = tl.dot(t_inv, bkg.to(dt)).to(dt)
     _store_rows(w_c, r0, m0, offs_k, mask_k, K, w0)
-    u0 = tl.dot(t, _load_bv(v_c, r0, m0, b, offs_v, mask_v, V).to(dt)).to(dt)
+    u0 = tl.dot(t_inv, _load_bv(v_c, r0, m0, beta_s, offs_v, mask_v, V).to(dt)).to(dt)
     _store_rows(u_c, r0, m0, offs_v, mask_v, V, u0)
 
     # ---- sub-block 1
     c_prev = c
-    kq, kc, c, prefix, bkg, b, r1, m1 = _sub_front(
+    kq, kc, c, prefix, bkg, beta_s, r1, m1 = _sub_front(
         q_c, k_c, g_c, beta_c, qg_c, 1, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
     f = tl.exp(c - c_prev)[None, :]
     col0 = col0 * f
     col1 = kc
     a10, s10 = _scores(kq, col0, SDT)
-    a11, s11 = _diag(kq, col1, b, offs_r, SDT)
+    a11, s11 = _diag(kq, col1, beta_s, offs_r, SDT)
     _store_blk(aqk_c, r1, m1, 0, s10, offs_r)
     _store_blk(aqk_c, r1, m1, 16, s11, offs_r)
     _store_blk(aqk_c, r1, m1, 32, zero, offs_r)
     _store_blk(aqk_c, r1, m1, 48, zero, offs_r)
-    a10 = (a10 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a11, offs_r, INV_PRODUCT).to(dt)
-    w1 = tl.dot(t, (bkg - tl.dot(a10, w0)).to(dt)).to(dt)
+    a10 = (a10 * beta_s[:, None]).to(dt)
+    t_inv = _inv_unit_lower(a11, offs_r, INV_PRODUCT).to(dt)
+    w1 = tl.dot(t_inv, (bkg - tl.dot(a10, w0)).to(dt)).to(dt)
     _store_rows(w_c, r1, m1, offs_k, mask_k, K, w1)
-    bv = _load_bv(v_c, r1, m1, b, offs_v, mask_v, V)
-    u1 = tl.dot(t, (bv - tl.dot(a10, u0)).to(dt)).to(dt)
+    bv = _load_bv(v_c, r1, m1, beta_s, offs_v, mask_v, V)
+    u1 = tl.dot(t_inv, (bv - tl.dot(a10, u0)).to(dt)).to(dt)
     _store_rows(u_c, r1, m1, offs_v, mask_v, V, u1)
 
     # ---- sub-block 2
     c_prev = c
-    kq, kc, c, prefix, bkg, b, r2, m2 = _sub_front(
+    kq, kc, c, prefix, bkg, beta_s, r2, m2 = _sub_front(
         q_c, k_c, g_c, beta_c, qg_c, 2, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
     f = tl.exp(c - c_prev)[None, :]
     col0 = col0 * f
@@ -253,23 +256,23 @@ def kda_chunk_prep_kernel(
     col2 = kc
     a20, s20 = _scores(kq, col0, SDT)
     a21, s21 = _scores(kq, col1, SDT)
-    a22, s22 = _diag(kq, col2, b, offs_r, SDT)
+    a22, s22 = _diag(kq, col2, beta_s, offs_r, SDT)
     _store_blk(aqk_c, r2, m2, 0, s20, offs_r)
     _store_blk(aqk_c, r2, m2, 16, s21, offs_r)
     _store_blk(aqk_c, r2, m2, 32, s22, offs_r)
     _store_blk(aqk_c, r2, m2, 48, zero, offs_r)
-    a20 = (a20 * b[:, None]).to(dt)
-    a21 = (a21 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a22, offs_r, INV_PRODUCT).to(dt)
-    w2 = tl.dot(t, (bkg - tl.dot(a20, w0) - tl.dot(a21, w1)).to(dt)).to(dt)
+    a20 = (a20 * beta_s[:, None]).to(dt)
+    a21 = (a21 * beta_s[:, None]).to(dt)
+    t_inv = _inv_unit_lower(a22, offs_r, INV_PRODUCT).to(dt)
+    w2 = tl.dot(t_inv, (bkg - tl.dot(a20, w0) - tl.dot(a21, w1)).to(dt)).to(dt)
     _store_rows(w_c, r2, m2, offs_k, mask_k, K, w2)
-    bv = _load_bv(v_c, r2, m2, b, offs_v, mask_v, V)
-    u2 = tl.dot(t, (bv - tl.dot(a20, u0) - tl.dot(a21, u1)).to(dt)).to(dt)
+    bv = _load_bv(v_c, r2, m2, beta_s, offs_v, mask_v, V)
+    u2 = tl.dot(t_inv, (bv - tl.dot(a20, u0) - tl.dot(a21, u1)).to(dt)).to(dt)
     _store_rows(u_c, r2, m2, offs_v, mask_v, V, u2)
 
     # ---- sub-block 3
     c_prev = c
-    kq, kc, c, prefix, bkg, b, r3, m3 = _sub_front(
+    kq, kc, c, prefix, bkg, beta_s, r3, m3 = _sub_front(
         q_c, k_c, g_c, beta_c, qg_c, 3, t0, T, H, a, bias, scale, prefix, offs_r, offs_k, mask_k, K, LOWER, EPS, SDT)
     f = tl.exp(c - c_prev)[None, :]
     col0 = col0 * f
@@ -279,19 +282,19 @@ def kda_chunk_prep_kernel(
     a30, s30 = _scores(kq, col0, SDT)
     a31, s31 = _scores(kq, col1, SDT)
     a32, s32 = _scores(kq, col2, SDT)
-    a33, s33 = _diag(kq, col3, b, offs_r, SDT)
+    a33, s33 = _diag(kq, col3, beta_s, offs_r, SDT)
     _store_blk(aqk_c, r3, m3, 0, s30, offs_r)
     _store_blk(aqk_c, r3, m3, 16, s31, offs_r)
     _store_blk(aqk_c, r3, m3, 32, s32, offs_r)
     _store_blk(aqk_c, r3, m3, 48, s33, offs_r)
-    a30 = (a30 * b[:, None]).to(dt)
-    a31 = (a31 * b[:, None]).to(dt)
-    a32 = (a32 * b[:, None]).to(dt)
-    t = _inv_unit_lower(a33, offs_r, INV_PRODUCT).to(dt)
-    w3 = tl.dot(t, (bkg - tl.dot(a30, w0) - tl.dot(a31, w1) - tl.dot(a32, w2)).to(dt))
+    a30 = (a30 * beta_s[:, None]).to(dt)
+    a31 = (a31 * beta_s[:, None]).to(dt)
+    a32 = (a32 * beta_s[:, None]).to(dt)
+    t_inv = _inv_unit_lower(a33, offs_r, INV_PRODUCT).to(dt)
+    w3 = tl.dot(t_inv, (bkg - tl.dot(a30, w0) - tl.dot(a31, w1) - tl.dot(a32, w2)).to(dt))
     _store_rows(w_c, r3, m3, offs_k, mask_k, K, w3)
-    bv = _load_bv(v_c, r3, m3, b, offs_v, mask_v, V)
-    u3 = tl.dot(t, (bv - tl.dot(a30, u0) - tl.dot(a31, u1) - tl.dot(a32, u2)).to(dt))
+    bv = _load_bv(v_c, r3, m3, beta_s, offs_v, mask_v, V)
+    u3 = tl.dot(t_inv, (bv - tl.dot(a30, u0) - tl.dot(a31, u1) - tl.dot(a32, u2)).to(dt))
     _store_rows(u_c, r3, m3, offs_v, mask_v, V, u3)
 
     # ---- state side: prefix is now G_last (padding rows add g = 0); Kd_J = k_J e^(G_last - G_J).
@@ -300,8 +303,8 @@ def kda_chunk_prep_kernel(
     _store_rows(kd_c, r1, m1, offs_k, mask_k, K, col1 * f)
     _store_rows(kd_c, r2, m2, offs_k, mask_k, K, col2 * f)
     _store_rows(kd_c, r3, m3, offs_k, mask_k, K, col3 * f)
-    gl_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
-    tl.store(gl_ptr + gl_off + offs_k, tl.exp(prefix), mask=mask_k)
+    decay_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
+    tl.store(decay_ptr + decay_off + offs_k, tl.exp(prefix), mask=mask_k)
 
 
 @triton.jit
@@ -325,9 +328,9 @@ def _row(X, offs_t, r: tl.constexpr):
 @triton.jit
 def kda_chunk_prep_full_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr,
     T, H, NT, scale,
-    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr,
     LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr,
 ):
     """The same outputs as kda_chunk_prep_kernel, computed on whole 64-row tiles (tensor-core sized).
@@ -346,7 +349,7 @@ def kda_chunk_prep_full_kernel(
 
     offs_t = tl.arange(0, 64)
     offs_k = tl.arange(0, BK)
-    offs_v = tl.arange(0, BVP)
+    offs_v = tl.arange(0, V_PAD)
     mask_t = i_t * 64 + offs_t < T
     mask_k = offs_k < K
     mk = mask_t[:, None] & mask_k[None, :]
@@ -414,13 +417,13 @@ def kda_chunk_prep_full_kernel(
     v = tl.load(v_ptr + row0 * V + rv, mask=mv, other=0.0).to(tl.float32)
     u = tl.dot(t_inv, (beta[:, None] * v).to(dt))
     tl.store(u_ptr + row0 * V + rv, u.to(dt), mask=mv)
-    gl_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
-    tl.store(gl_ptr + gl_off + offs_k, tl.exp(g_last), mask=mask_k)
+    decay_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
+    tl.store(decay_ptr + decay_off + offs_k, tl.exp(g_last), mask=mask_k)
 
 
 @triton.jit
 def kda_chunk_scan_kernel(
-    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, gl_ptr, h0_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr, h0_ptr,
     o_ptr, ht_ptr,
     T, H, NT,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -446,7 +449,7 @@ def kda_chunk_scan_kernel(
         S = tl.zeros([BK, BLOCK_V], dtype=tl.float32)
 
     base = i_b.to(tl.int64) * T * H + i_h
-    gl_base = (i_b.to(tl.int64) * NT * H + i_h) * K
+    decay_base = (i_b.to(tl.int64) * NT * H + i_h) * K
     for i_t in range(0, NT):
         t = i_t * 64 + offs_c
         mask_t = t < T
@@ -459,12 +462,12 @@ def kda_chunk_scan_kernel(
         kd_t = tl.load(kd_ptr + rows[None, :] * K + offs_k[:, None], mask=mask_k[:, None] & mask_t[None, :], other=0.0)
         u = tl.load(u_ptr + rows[:, None] * V + offs_v[None, :], mask=m_v, other=0.0)
         aqk = tl.load(aqk_ptr + rows[:, None] * 64 + offs_c[None, :], mask=mask_t[:, None], other=0.0)
-        gl = tl.load(gl_ptr + gl_base + i_t * H * K + offs_k, mask=mask_k, other=0.0)
+        decay_last = tl.load(decay_ptr + decay_base + i_t * H * K + offs_k, mask=mask_k, other=0.0)
 
         s_dt = S.to(dt)
         v_new = (u.to(tl.float32) - tl.dot(w, s_dt)).to(dt)
         o = tl.dot(qg, s_dt) + tl.dot(aqk, v_new)  # reads S from the chunk start, then the intra-chunk part
-        S = S * gl[:, None] + tl.dot(kd_t, v_new)
+        S = S * decay_last[:, None] + tl.dot(kd_t, v_new)
         tl.store(o_ptr + rows[:, None] * V + offs_v[None, :], o.to(o_ptr.dtype.element_ty), mask=m_v)
 
     tl.store(ht_ptr + state_offs, S, mask=mask_s)
@@ -491,25 +494,25 @@ def entry(
     dev, dtype = q.device, q.dtype
     NT = triton.cdiv(T, CHUNK)
     bk = max(16, triton.next_power_of_2(K))  # tl.dot needs every dimension >= 16
-    bvp = max(16, triton.next_power_of_2(V))
+    v_pad = max(16, triton.next_power_of_2(V))
 
-    # Intermediates in the input dtype, layout [B, T, H, *] like the inputs; gl in float32.
+    # Intermediates in the input dtype, layout [B, T, H, *] like the inputs; decay_last = e^G_last in float32.
     w = torch.empty((B, T, H, K), dtype=dtype, device=dev)
     qg = torch.empty((B, T, H, K), dtype=dtype, device=dev)
     kd = torch.empty((B, T, H, K), dtype=dtype, device=dev)
     u = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     aqk = torch.empty((B, T, H, CHUNK), dtype=dtype, device=dev)
-    gl = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
-    prep_args = (q, k, v, g_raw, beta, A_log, dt_bias, w, u, qg, kd, aqk, gl, T, H, NT, K**-0.5)
+    decay_last = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
+    prep_args = (q, k, v, g_raw, beta, A_log, dt_bias, w, u, qg, kd, aqk, decay_last, T, H, NT, K**-0.5)
     if PREP_FULL:
         kda_chunk_prep_full_kernel[(NT, B * H)](
-            *prep_args, K=K, V=V, BK=bk, BVP=bvp, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
-            INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
+            *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
+            INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
         )
     else:
         kda_chunk_prep_kernel[(NT, B * H)](
-            *prep_args, K=K, V=V, BK=bk, BVP=bvp, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
-            SCORES_F32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
+            *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
+            SCORES_FP32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
         )
 
     o = torch.empty((B, T, H, V), dtype=dtype, device=dev)
@@ -517,7 +520,7 @@ def entry(
     has_h0 = initial_state is not None
     block_v = max(16, min(BV, triton.next_power_of_2(V)))
     kda_chunk_scan_kernel[(triton.cdiv(V, block_v), B * H)](
-        w, u, qg, kd, aqk, gl, initial_state if has_h0 else final_state,
+        w, u, qg, kd, aqk, decay_last, initial_state if has_h0 else final_state,
         o, final_state,
         T, H, NT,
         K=K, V=V, BK=bk, BLOCK_V=block_v,

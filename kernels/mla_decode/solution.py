@@ -5,8 +5,9 @@ contiguous split of the cache; it walks its split in tiles of BLOCK_N tokens wit
 softmax in base 2, reading each cache tile once for both products: scores = q_nope . c_kvᵀ +
 q_rope . k_ropeᵀ (tensor cores, heads as M), then acc += p . c_kv (the same c_kv tile as values).
 It writes its split's normalised partial output and log-sum-exp. `mla_combine_kernel` merges the
-splits of each (batch, head) by their log-sum-exp. With one split (long enough batches) the first
-kernel writes the output itself and the second is not launched.
+splits of each (batch, head) by their log-sum-exp. When one split is enough (a batch large enough to
+fill the GPU by itself: B > 264 with the defaults) the first kernel writes the output and the second is
+not launched.
 
 Why split: at B=1 the whole cache is 9.4 MB, a 2.2 us DRAM floor, and 64 heads in one program give
 one program per batch element: splitting S is the only way to put all 132 SMs on the read. Why
