@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run GPU checks on a device machine, from the project root, after the wheel preamble.
-# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep tuner)
+# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep kda_sweep tuner)
 # Results go under $RES (default /tmp/res); the caller tars them into $OUT.
 set -uo pipefail
 RES=${RES:-/tmp/res}
@@ -46,6 +46,14 @@ for step in "$@"; do
           --top-from "$RES/sweep_mla_${s}.json" --top 3 --grid SPLIT_WAVES=0.5,1.0,2.0 --grid PARTIAL_BF16=0,1 \
           --json-out "$RES/sweep2_mla_${s}.json" 2>&1 | grep -v '^  \.\.\.' | tail -12
       done ;;
+    kda_sweep)
+      # The KDA solution against FLA in one process per shape list (FLA autotunes once a shape, then
+      # from the Triton cache under $MARATHON_HOME): both prep kernels, the inverse's precision.
+      python3 -m pytest -q -m gpu tests/test_solution_kda.py 2>&1 | tail -3
+      python3 benchmarks/sweep.py kernels/kda/solution.py --problem kda \
+        --shape ${KDA_SWEEP_SHAPE:-bench} --grid PREP_FULL=0,1 --grid INV_PRECISION="'tf32'","'tf32x3'" \
+        --grid NUM_WARPS_PREP=4,8 --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
+        | grep -v '^  \.\.\.' | tail -12 ;;
     tuner)
       # A model-free run over the starter's TUNE_SPACE, ending with its report (issue: bundled client).
       $M run --problem "${TUNER_PROBLEM:-mla_decode}" --shape "${TUNER_SHAPE:-bench}" --policy tuner \
