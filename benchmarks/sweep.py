@@ -23,18 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.tuner import rewrite
+from client.tuner import module_constants, rewrite
 from server.service import Service
-
-
-def module_constants(source: str) -> set[str]:
-    """Names assigned at module level: what `rewrite` can change."""
-    names: set[str] = set()
-    for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
-        names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return names
 
 
 def parse_grid(items: list[str]) -> dict[str, list[Any]]:

@@ -11,6 +11,7 @@ failures by class and the spend.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,8 @@ def run_baseline_us(attempts: list[AttemptRec]) -> float | None:
     profiles, so per-profile ratios would let a slower kernel's luckier ratio outrank a faster one.
     Plotting every kernel against one figure keeps the best-so-far curve monotone in time.
     """
-    times = sorted(a.baseline_us for a in attempts if a.outcome == "correct" and a.baseline_us)
-    if not times:
-        return None
-    mid = len(times) // 2
-    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    times = [a.baseline_us for a in attempts if a.outcome == "correct" and a.baseline_us]
+    return statistics.median(times) if times else None
 
 
 def _value(rec: AttemptRec | None, metric: str, base_us: float | None = None) -> float | None:

@@ -63,6 +63,11 @@ def tune_space(source: str) -> tuple[dict[str, list[Any]], Config]:
     return space, current
 
 
+def module_constants(source: str) -> set[str]:
+    """Names assigned at module level: what `rewrite` can change."""
+    return {name for name, _ in map(_assignment, ast.parse(source).body) if name is not None}
+
+
 def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
         return node.targets[0].id, node.value

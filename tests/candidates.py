@@ -34,3 +34,12 @@ def starter_variant(problem: str, tmp_path: Path, old: str, new: str) -> ModuleT
     path = tmp_path / "variant.py"
     path.write_text(source.replace(old, new))
     return load_candidate(path)
+
+
+def configured_variant(path: Path, folder: Path, **config: object) -> ModuleType:
+    """A kernel file with module-level constants set (the tuner's rewrite), loaded as a real kernel."""
+    from client.tuner import rewrite
+
+    out = folder / f"variant_{uuid.uuid4().hex[:8]}.py"
+    out.write_text(rewrite(path.read_text(), config))
+    return load_candidate(out)

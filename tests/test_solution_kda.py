@@ -12,7 +12,7 @@ import torch
 
 from kernels.kda.problem import PROBLEM, make_inputs
 from kernels.kda.reference import CHUNK, kda_gate
-from tests.candidates import interpreted, load_candidate
+from tests.candidates import configured_variant, interpreted
 from tests.test_problem_kda import check_float32_kernel, dims, within
 
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
@@ -21,11 +21,7 @@ SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solutio
 @pytest.fixture(scope="module", params=[0, 1], ids=["subblock-prep", "full-tile-prep"])
 def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """Both prep kernels (PREP_FULL 0 and 1) must give the same results; the scan is shared."""
-    from client.tuner import rewrite
-
-    path = tmp_path_factory.mktemp("kda") / "solution.py"
-    path.write_text(rewrite(SOLUTION.read_text(), {"PREP_FULL": request.param}))
-    return load_candidate(path)
+    return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), PREP_FULL=request.param)
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:

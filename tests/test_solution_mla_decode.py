@@ -8,11 +8,11 @@ from types import ModuleType
 import pytest
 import torch
 
-from client.tuner import rewrite, tune_space
+from client.tuner import tune_space
 from kernels import solution_path
 from kernels.mla_decode.problem import D_LATENT, PROBLEM
 from kernels.spec import compare
-from tests.candidates import interpreted, load_candidate
+from tests.candidates import configured_variant, interpreted, load_candidate
 from tools import guard
 
 SOURCE_PATH = solution_path("mla_decode")
@@ -26,9 +26,7 @@ def solution() -> ModuleType:
 
 def variant(tmp_path: Path, **config: object) -> ModuleType:
     assert SOURCE_PATH is not None
-    path = tmp_path / "variant.py"
-    path.write_text(rewrite(SOURCE_PATH.read_text(), config))
-    return load_candidate(path)
+    return configured_variant(SOURCE_PATH, tmp_path, **config)
 
 
 def run_checked(module: ModuleType, shape: str, seed: int = 0) -> None:
