@@ -39,11 +39,13 @@ for step in "$@"; do
       python3 -m pytest -q -m gpu tests/test_solution_mla_decode.py 2>&1 | tail -3
       for s in ${MLA_SHAPES:-bench bench_b64}; do
         g=on; [ $s = bench_b64 ] && g=off
+        # MLA_GRID replaces the first grid; MLA_GRID2 (empty: skipped) is crossed with its 3 fastest.
         python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape $s --graph $g \
-          --grid BLOCK_H=16,32,64 --grid BLOCK_N=32,64 --grid NUM_WARPS=4,8 --grid NUM_STAGES=1,2 \
+          ${MLA_GRID:---grid BLOCK_H=16,32,64 --grid BLOCK_N=32,64 --grid NUM_WARPS=4,8 --grid NUM_STAGES=1,2} \
           --json-out "$RES/sweep_mla_${s}.json" 2>&1 | grep -v '^  \.\.\.'
-        python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape $s --graph $g \
-          --top-from "$RES/sweep_mla_${s}.json" --top 3 --grid SPLIT_WAVES=0.5,1.0,2.0 --grid PARTIAL_BF16=0,1 \
+        [ -n "${MLA_GRID2-x}" ] && python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode \
+          --shape $s --graph $g --top-from "$RES/sweep_mla_${s}.json" --top 3 \
+          ${MLA_GRID2:---grid SPLIT_WAVES=0.5,1.0,2.0 --grid PARTIAL_BF16=0,1} \
           --json-out "$RES/sweep2_mla_${s}.json" 2>&1 | grep -v '^  \.\.\.' | tail -12
       done ;;
     kda_sweep)
@@ -51,8 +53,9 @@ for step in "$@"; do
       # from the Triton cache under $MARATHON_HOME): both prep kernels, the inverse's precision.
       python3 -m pytest -q -m gpu tests/test_solution_kda.py 2>&1 | tail -3
       python3 benchmarks/sweep.py kernels/kda/solution.py --problem kda \
-        --shape ${KDA_SWEEP_SHAPE:-bench} --grid PREP_FULL=0,1 --grid INV_PRECISION="'tf32'","'tf32x3'" \
-        --grid NUM_WARPS_PREP=4,8 --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
+        --shape ${KDA_SWEEP_SHAPE:-bench} \
+        ${KDA_GRID:---grid PREP_FULL=0,1 --grid INV_PRECISION="'tf32'","'tf32x3'" --grid NUM_WARPS_PREP=4,8} \
+        ${KDA_BASELINE:+--baseline $KDA_BASELINE} --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
         | grep -v '^  \.\.\.' | tail -12 ;;
     tuner)
       # A model-free run over the starter's TUNE_SPACE, ending with its report (issue: bundled client).

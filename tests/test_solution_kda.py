@@ -72,6 +72,13 @@ def test_no_future_gate_leaks_into_earlier_outputs(solution: ModuleType, t0: int
     assert not torch.equal(o1[:, t0:], o2[:, t0:])
 
 
+def test_full_tile_prep_refuses_fewer_than_eight_warps(tmp_path: Path) -> None:
+    """At 4 warps the full-tile prep kernel was wrong on the H200: a clear error, not a wrong answer."""
+    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, NUM_WARPS_PREP=4)
+    with pytest.raises(ValueError, match="NUM_WARPS_PREP >= 8"):
+        module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
+
+
 def test_solution_passes_the_static_guard() -> None:
     from tools import guard
 

@@ -5,10 +5,9 @@
    UT transform (I + Akk) [W | U] = Diag(beta) [K e^G | V] by block forward substitution (each 16x16
    diagonal block inverted as a product of six small float32 matmuls, INV_PRODUCT). Writes W, U,
    Qg = Q e^G, Kd = K e^(G_last - G), Aqk in the input dtype and exp(G_last) in float32.
-   `kda_chunk_prep_full_kernel` (PREP_FULL = 1) computes the same on whole 64-row tiles: the scores as
-   four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
-   (nilpotent products for the diagonal blocks, then one block-lower correction). Correct on the CPU;
-   its GPU time is the next measurement to make (BENCHMARKS.md has the sub-block kernel's).
+   `kda_chunk_prep_full_kernel` (PREP_FULL = 1, the default) computes the same on whole 64-row tiles: the
+   scores as four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
+   (nilpotent products for the diagonal blocks, then one block-lower correction); 7% faster on the H200.
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
@@ -22,8 +21,10 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks in the prep kernel (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part, a chain of dependent matmuls a
-chunk, latency bound at small B * H. Measured on the H200 (BENCHMARKS.md), the prep kernel is the limit:
-its sub-blocks form one long dependent chain of 16-row matmuls, 16x16 inverses and layout conversions.
+chunk, latency bound at small B * H. Measured on the H200 (BENCHMARKS.md, bench): prep 949 us, scan 286 us.
+Of the full-tile prep, the inverse's ten tf32 products take about 245 us and each score centre about 70 us
+(timed by removing them); the rest, about 490 us, is loads, norms, the cumulative gate, exponentials and
+stores, at one 8-warp CTA an SM (255 registers), against a 142 us floor for its 570 MB of traffic.
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ MAXNREG_PREP: int | None = 128
 # The full-tile prep kernel's cap: uncapped it takes 255 registers and spills 88 bytes; at 128 it would
 # spill over a kilobyte a thread.
 MAXNREG_PREP_FULL: int | None = None
-# Prep kernel: 0 works in 16-row sub-blocks (measured: BENCHMARKS.md); 1 on whole 64-row tiles with the
-# 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel; correct on the CPU, not yet timed on a GPU).
-PREP_FULL = 0
+# Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
+# 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 against 1016 us for the prep
+# kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4 it gave wrong outputs or
+# an illegal address on the H200 (Triton 3.6; right in the interpreter), so entry() refuses fewer.
+PREP_FULL = 1
 # Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
-# (about float32 accuracy, three passes) or "ieee" (no tensor cores).
-INV_PRECISION = "tf32x3"
+# (about float32 accuracy, three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores).
+INV_PRECISION = "tf32"
 # 16x16 inverses as a product of six float32 matmuls (1) or by row-by-row substitution (0).
 INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
@@ -505,6 +508,9 @@ def entry(
     decay_last = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
     prep_args = (q, k, v, g_raw, beta, A_log, dt_bias, w, u, qg, kd, aqk, decay_last, T, H, NT, K**-0.5)
     if PREP_FULL:
+        if NUM_WARPS_PREP < 8:
+            raise ValueError(f"the full-tile prep kernel (PREP_FULL = 1) needs NUM_WARPS_PREP >= 8, not "
+                             f"{NUM_WARPS_PREP}: at 4 warps it computes wrong outputs on the H200 (Triton 3.6)")
         kda_chunk_prep_full_kernel[(NT, B * H)](
             *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
             INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,

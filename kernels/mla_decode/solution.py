@@ -40,8 +40,18 @@ BLOCK_N = 64  # cache tokens per loop step
 NUM_WARPS = 8
 NUM_STAGES = 2
 SPLIT_WAVES = 1.0  # programs per SM the split count aims for
-PARTIAL_BF16 = 0  # 1: partial outputs in the input dtype (half the traffic), 0: float32
+# 1: partial outputs in the input dtype, 0: float32. bf16 halves the partials' traffic (16.8 MB of fp32 at
+# B=1, more than the cache itself) and measured 22.4 -> 20.5 us at bench; the output stays in tolerance.
+PARTIAL_BF16 = 1
 COMBINE_BLOCK_D = 128  # output columns per combine program
+# 1: q and the cache tiles through tensor descriptors (TMA on Hopper: straight to shared memory, no per-thread
+# address math, mbarrier-paced pipelining); 0: pointer loads (cp.async). Measured (BENCHMARKS.md): 2% faster
+# at bench_b64 (278.5 against 283.8 us), 13% slower at bench (23.2 against 20.5 us: each program builds its
+# descriptors on the device and walks one tile), so off by default.
+USE_TMA = 0
+# 1: tl.range(warp_specialize=True) on the TMA loop. Triton 3.6 accepts it on sm_90 and changes nothing here
+# (same registers, same times): kept so that a newer Triton's producer warp can be tried by a tuner.
+WARP_SPECIALIZE = 0
 TUNE_SPACE = {
     "BLOCK_H": [16, 32, 64],
     "BLOCK_N": [32, 64],
@@ -49,6 +59,7 @@ TUNE_SPACE = {
     "NUM_STAGES": [1, 2, 3],
     "SPLIT_WAVES": [0.5, 1.0, 2.0],
     "PARTIAL_BF16": [0, 1],
+    "USE_TMA": [0, 1],
 }
 
 
@@ -98,12 +109,73 @@ def mla_split_kernel(
         acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
         m_i = m_new
 
-    out = acc / l_i[:, None]
+    out = acc * (1.0 / l_i)[:, None]  # one reciprocal a row, not a division an element
     if DIRECT_OUT:
         o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
         tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
     else:
         # partials: [B, H, num_splits, D_LATENT]; lse: [B, H, num_splits] (base 2)
+        row = (b.to(tl.int64) * H + heads) * num_splits + split
+        tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
+                 mask=head_ok[:, None])
+        tl.store(lse_ptr + row, m_i + tl.log2(l_i), mask=head_ok)
+
+
+@triton.jit
+def mla_split_tma_kernel(
+    q_ptr, kv_ptr, part_ptr, lse_ptr, out_ptr,
+    S, H, tokens_per_split, num_splits, qk_scale,
+    stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
+    D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    DIRECT_OUT: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """mla_split_kernel with q and the cache read through tensor descriptors (same math, same outputs).
+
+    Rows past S come back as zeros (the descriptor's bounds); rows past this split's end but inside S
+    (the last tile of a split never has them: splits are whole tiles) are masked out of the softmax."""
+    split = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    head_groups = tl.cdiv(H, BLOCK_H)
+    b = pid_bh // head_groups
+    h0 = (pid_bh % head_groups) * BLOCK_H
+    heads = h0 + tl.arange(0, BLOCK_H)
+    head_ok = heads < H
+    offs_c = tl.arange(0, D_LATENT)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    q_base = q_ptr + b.to(tl.int64) * stride_qb
+    kv_base = kv_ptr + b.to(tl.int64) * stride_kvb
+    q_nope_desc = tl.make_tensor_descriptor(q_base, [H, D_LATENT + D_ROPE], [stride_qh, 1], [BLOCK_H, D_LATENT])
+    q_rope_desc = tl.make_tensor_descriptor(q_base, [H, D_LATENT + D_ROPE], [stride_qh, 1], [BLOCK_H, D_ROPE])
+    c_kv_desc = tl.make_tensor_descriptor(kv_base, [S, D_LATENT + D_ROPE], [stride_kvs, 1], [BLOCK_N, D_LATENT])
+    k_rope_desc = tl.make_tensor_descriptor(kv_base, [S, D_LATENT + D_ROPE], [stride_kvs, 1], [BLOCK_N, D_ROPE])
+    q_nope = q_nope_desc.load([h0, 0])
+    q_rope = q_rope_desc.load([h0, D_LATENT])
+
+    m_i = tl.full([BLOCK_H], -float("inf"), dtype=tl.float32)  # running max, base-2 units
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D_LATENT], dtype=tl.float32)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, S)
+    for n0 in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        c_kv = c_kv_desc.load([n0, 0])
+        k_rope = k_rope_desc.load([n0, D_LATENT])
+        s = tl.dot(q_nope, tl.trans(c_kv))
+        s = tl.dot(q_rope, tl.trans(k_rope), s)
+        s = tl.where((n0 + offs_n < end)[None, :], s * qk_scale, -float("inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
+        m_i = m_new
+
+    out = acc * (1.0 / l_i)[:, None]
+    if DIRECT_OUT:
+        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
+        tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+    else:
         row = (b.to(tl.int64) * H + heads) * num_splits + split
         tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
                  mask=head_ok[:, None])
@@ -147,6 +219,11 @@ def _num_sms(device: torch.device) -> int:
     return 132
 
 
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global memory for the tensor descriptors the TMA kernel builds on the device (128 bytes each)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
     """(tokens per split, number of splits): about SPLIT_WAVES programs per SM, whole tiles per split."""
     work_items = B * triton.cdiv(H, BLOCK_H)
@@ -175,13 +252,15 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         part = torch.empty((B, H, num_splits, D_LATENT), dtype=part_dtype, device=q.device)
         lse = torch.empty((B, H, num_splits), dtype=torch.float32, device=q.device)
     grid = (num_splits, B * triton.cdiv(H, BLOCK_H))
-    mla_split_kernel[grid](
-        q, kv, part, lse, out,
-        S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
-        q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1),
-        D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-    )
+    args = (q, kv, part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
+            q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1))
+    consts = dict(D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
+                  num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if USE_TMA:
+        triton.set_allocator(_descriptor_scratch)
+        mla_split_tma_kernel[grid](*args, WARP_SPECIALIZE=bool(WARP_SPECIALIZE), **consts)
+    else:
+        mla_split_kernel[grid](*args, **consts)
     if not direct:
         mla_combine_kernel[(B * H, D_LATENT // COMBINE_BLOCK_D)](
             part, lse, out,
