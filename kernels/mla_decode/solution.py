@@ -64,6 +64,37 @@ TUNE_SPACE = {
 
 
 @triton.jit
+def _online_softmax_step(q_nope, q_rope, c_kv, k_rope, valid, qk_scale, m_i, l_i, acc):
+    """One cache tile: scores from both parts of q, the base-2 online softmax, acc += p . c_kv."""
+    s = tl.dot(q_nope, tl.trans(c_kv))
+    s = tl.dot(q_rope, tl.trans(k_rope), s)
+    s = tl.where(valid[None, :], s * qk_scale, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
+                 stride_ob, stride_oh, D_LATENT: tl.constexpr, DIRECT_OUT: tl.constexpr):
+    """The normalised output of a split: the result itself (one split) or a partial and its base-2 LSE."""
+    offs_c = tl.arange(0, D_LATENT)
+    out = acc * (1.0 / l_i)[:, None]  # one reciprocal a row, not a division an element
+    if DIRECT_OUT:
+        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
+        tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+    else:
+        # partials: [B, H, num_splits, D_LATENT]; lse: [B, H, num_splits] (base 2)
+        row = (b.to(tl.int64) * H + heads) * num_splits + split
+        tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
+                 mask=head_ok[:, None])
+        tl.store(lse_ptr + row, m_i + tl.log2(l_i), mask=head_ok)
+
+
+@triton.jit
 def mla_split_kernel(
     q_ptr, kv_ptr, part_ptr, lse_ptr, out_ptr,
     S, H, tokens_per_split, num_splits, qk_scale,
@@ -97,28 +128,9 @@ def mla_split_kernel(
         rows = kv_base + tok[:, None] * stride_kvs
         c_kv = tl.load(rows + offs_c[None, :], mask=valid[:, None], other=0.0)
         k_rope = tl.load(rows + D_LATENT + offs_r[None, :], mask=valid[:, None], other=0.0)
-
-        s = tl.dot(q_nope, tl.trans(c_kv))
-        s = tl.dot(q_rope, tl.trans(k_rope), s)
-        s = tl.where(valid[None, :], s * qk_scale, -float("inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
-        m_i = m_new
-
-    out = acc * (1.0 / l_i)[:, None]  # one reciprocal a row, not a division an element
-    if DIRECT_OUT:
-        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
-        tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-    else:
-        # partials: [B, H, num_splits, D_LATENT]; lse: [B, H, num_splits] (base 2)
-        row = (b.to(tl.int64) * H + heads) * num_splits + split
-        tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
-                 mask=head_ok[:, None])
-        tl.store(lse_ptr + row, m_i + tl.log2(l_i), mask=head_ok)
+        m_i, l_i, acc = _online_softmax_step(q_nope, q_rope, c_kv, k_rope, valid, qk_scale, m_i, l_i, acc)
+    _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
+                 stride_ob, stride_oh, D_LATENT, DIRECT_OUT)
 
 
 @triton.jit
@@ -140,7 +152,6 @@ def mla_split_tma_kernel(
     h0 = (pid_bh % head_groups) * BLOCK_H
     heads = h0 + tl.arange(0, BLOCK_H)
     head_ok = heads < H
-    offs_c = tl.arange(0, D_LATENT)
     offs_n = tl.arange(0, BLOCK_N)
 
     q_base = q_ptr + b.to(tl.int64) * stride_qb
@@ -160,26 +171,10 @@ def mla_split_tma_kernel(
     for n0 in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         c_kv = c_kv_desc.load([n0, 0])
         k_rope = k_rope_desc.load([n0, D_LATENT])
-        s = tl.dot(q_nope, tl.trans(c_kv))
-        s = tl.dot(q_rope, tl.trans(k_rope), s)
-        s = tl.where((n0 + offs_n < end)[None, :], s * qk_scale, -float("inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = tl.dot(p.to(c_kv.dtype), c_kv, acc * alpha[:, None])
-        m_i = m_new
-
-    out = acc * (1.0 / l_i)[:, None]
-    if DIRECT_OUT:
-        o_rows = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
-        tl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-    else:
-        row = (b.to(tl.int64) * H + heads) * num_splits + split
-        tl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
-                 mask=head_ok[:, None])
-        tl.store(lse_ptr + row, m_i + tl.log2(l_i), mask=head_ok)
+        m_i, l_i, acc = _online_softmax_step(q_nope, q_rope, c_kv, k_rope, n0 + offs_n < end, qk_scale,
+                                             m_i, l_i, acc)
+    _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
+                 stride_ob, stride_oh, D_LATENT, DIRECT_OUT)
 
 
 @triton.jit
