@@ -91,6 +91,12 @@ def _failed(summary: str, model: BaseModel, report: dict[str, Any]) -> CallToolR
                           structured_content=model.model_dump(mode="json", by_alias=True), is_error=True)
 
 
+def _job_reply(report: dict[str, Any], model_type: type[BaseModel], summary: str, ok: bool) -> CallToolResult:
+    """A job tool's answer: the text summary and the schema'd report; an error result unless `ok`."""
+    model = model_type.model_validate(models.jsonable(report))
+    return _ok(summary, model) if ok else _failed(summary, model, report)
+
+
 @contextlib.contextmanager
 def _faults(tool: str) -> Iterator[None]:
     """Caller mistakes become tool errors with the reason; anything else is an internal fault."""
@@ -187,10 +193,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
 
             # The compile steps cannot be interrupted: a cancelled compile finishes (and is logged) on its own.
             report = await run_blocking(ctx, "compile", work, beat, cancel_grace_s=0)
-            model = models.CompileResult.model_validate(models.jsonable(report))
-            if report.get("ok"):
-                return _ok(summaries.compile_text(report), model)
-            return _failed(summaries.compile_text(report), model, report)
+            return _job_reply(report, models.CompileResult, summaries.compile_text(report), bool(report.get("ok")))
 
     @app.tool(title="Check and time a candidate", annotations=RUNS_JOB)
     async def profile(
@@ -223,10 +226,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
 
             report = await run_blocking(ctx, "profile", work, beat)
             _internal("profile", report)
-            model = models.ProfileResult.model_validate(models.jsonable(report))
-            if report.get("ok") and report.get("correct"):
-                return _ok(summaries.profile_text(report), model)
-            return _failed(summaries.profile_text(report), model, report)
+            return _job_reply(report, models.ProfileResult, summaries.profile_text(report),
+                              bool(report.get("ok") and report.get("correct")))
 
     @app.tool(title="Time the baselines", annotations=RUNS_JOB)
     async def baseline(
@@ -247,10 +248,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             report.setdefault("problem", problem)  # a job the pool had to stop reports only its fault
             report.setdefault("shape", shape or "bench")
             _internal("baseline", report)
-            model = models.BaselineResult.model_validate(models.jsonable(report))
-            if report.get("ok"):
-                return _ok(summaries.baseline_text(report), model)
-            return _failed(summaries.baseline_text(report), model, report)
+            return _job_reply(report, models.BaselineResult, summaries.baseline_text(report),
+                              bool(report.get("ok")))
 
     # -- the event log ----------------------------------------------------------------------------------
 
