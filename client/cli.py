@@ -210,6 +210,32 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return 0 if report.get("ok") else 1
 
 
+
+def _hotspots_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="candidate source file defining entry(*inputs)")
+    p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
+    p.add_argument("--shape", default="bench", help="shape to run (default bench)")
+    p.add_argument("--top", type=int, default=15, help="source lines to list per kernel (default 15)")
+    p.add_argument("--save", type=Path, help="keep ncu's report, its source page and the cubins in this folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+@command("hotspots", "where a candidate's kernels stall, per source line (Nsight Compute's warp-state samples; "
+                     "needs a GPU and ncu)")(_hotspots_args)
+def cmd_hotspots(args: argparse.Namespace) -> int:
+    from tools import guard
+    from tools.hotspots import format_hotspots, ncu_hotspots
+
+    source = _read_source(args.file)
+    violations = guard.static_check(source)
+    if violations:  # the same rules as compile and profile: nothing forbidden runs, not even under ncu
+        report: dict[str, Any] = {"ok": False, "error": "the candidate breaks the rules",
+                                  "errors": [v.to_dict() for v in violations]}
+    else:
+        report = ncu_hotspots(args.problem, source, args.shape, top=args.top, save_dir=args.save)
+    emit(report, args.json, format_hotspots)
+    return 0 if report.get("ok") else 1
+
 # -- entry point --------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:

@@ -96,7 +96,8 @@ def _parse_csv(text: str) -> list[dict[str, str]]:
 
 
 def _target(path: str) -> int:
-    """Inside ncu: warm up (JIT) outside the profiled NVTX range, then call entry() PROFILED_CALLS times."""
+    """Inside ncu: warm up (JIT) outside the profiled NVTX range, then call entry() PROFILED_CALLS times
+    (or the target's "calls"), and write the kernels' cubins where the target names a "cubin_dir"."""
     import torch
 
     from kernels import get_problem
@@ -110,10 +111,14 @@ def _target(path: str) -> int:
         module.entry(*inputs)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("profiled")
-    for _ in range(PROFILED_CALLS):
+    for _ in range(spec.get("calls", PROFILED_CALLS)):
         module.entry(*inputs)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
+    if spec.get("cubin_dir"):  # for tools.hotspots: the line tables of what just ran
+        from tools.hotspots import dump_cubins
+
+        dump_cubins(module, Path(spec["cubin_dir"]))
     return 0
 
 

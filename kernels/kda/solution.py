@@ -329,6 +329,24 @@ def _row(X, offs_t, r: tl.constexpr):
 
 
 @triton.jit
+def _inv_unit_lower_64(akk, i_, j_, INV_PRECISION: tl.constexpr):
+    """(I + Akk)^-1 for strictly lower Akk [64, 64] in ten matmuls: the 16x16 diagonal blocks D as
+    (I - D)(I + D^2)(I + D^4)(I + D^8) (nilpotent), then I + Akk = (I + D)(I + N) with N = (I + D)^-1 L
+    strictly block-lower, N^4 = 0, so (I + Akk)^-1 = (I - N)(I + N^2)(I + D)^-1."""
+    eye = (i_ == j_).to(tl.float32)
+    diag = tl.where(i_ // 16 == j_ // 16, akk, 0.0)
+    d2 = tl.dot(diag, diag, input_precision=INV_PRECISION)
+    d4 = tl.dot(d2, d2, input_precision=INV_PRECISION)
+    d8 = tl.dot(d4, d4, input_precision=INV_PRECISION)
+    d_inv = tl.dot(eye - diag, eye + d2, input_precision=INV_PRECISION)
+    d_inv = tl.dot(d_inv, eye + d4, input_precision=INV_PRECISION)
+    d_inv = tl.dot(d_inv, eye + d8, input_precision=INV_PRECISION)
+    n = tl.dot(d_inv, akk - diag, input_precision=INV_PRECISION)
+    n2 = tl.dot(n, n, input_precision=INV_PRECISION)
+    return tl.dot(tl.dot(eye - n, eye + n2, input_precision=INV_PRECISION), d_inv, input_precision=INV_PRECISION)
+
+
+@triton.jit
 def kda_chunk_prep_full_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
     w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr,
@@ -402,18 +420,7 @@ def kda_chunk_prep_full_kernel(
     tl.store(aqk_ptr + row0 * 64 + (offs_t * H)[:, None] * 64 + offs_t[None, :], aqk.to(dt),
              mask=mask_t[:, None])
 
-    eye = (i_ == j_).to(tl.float32)
-    diag = tl.where(i_ // 16 == j_ // 16, akk, 0.0)
-    d2 = tl.dot(diag, diag, input_precision=INV_PRECISION)
-    d4 = tl.dot(d2, d2, input_precision=INV_PRECISION)
-    d8 = tl.dot(d4, d4, input_precision=INV_PRECISION)
-    d_inv = tl.dot(eye - diag, eye + d2, input_precision=INV_PRECISION)
-    d_inv = tl.dot(d_inv, eye + d4, input_precision=INV_PRECISION)
-    d_inv = tl.dot(d_inv, eye + d8, input_precision=INV_PRECISION)
-    n = tl.dot(d_inv, akk - diag, input_precision=INV_PRECISION)
-    n2 = tl.dot(n, n, input_precision=INV_PRECISION)
-    t_inv = tl.dot(tl.dot(eye - n, eye + n2, input_precision=INV_PRECISION), d_inv,
-                   input_precision=INV_PRECISION).to(dt)
+    t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(dt)
 
     w = tl.dot(t_inv, bkg)
     tl.store(w_ptr + row0 * K + rk, w.to(dt), mask=mk)

@@ -1,0 +1,128 @@
+"""Stall samples per source line (tools/hotspots.py): ncu's source page joined with nvdisasm's line table.
+
+The recorded run under tests/fixtures/hotspots/softmax is `marathon hotspots kernels/softmax/starter.py
+--problem softmax --shape bench --save DIR` on an H200: ncu's source page, the cubin that ran and the
+candidate as ncu saw it. The join is exercised on it with the nvdisasm that ships inside Triton.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.hotspots import CANDIDATE_NAME, disassemble, hotspots, line_table, parse_source_page
+from tools.ncu import find_ncu
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "hotspots" / "softmax"
+KERNEL = "softmax_row_kernel"
+
+HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "L1 Wavefronts Shared", "stall_long_sb",
+          "stall_wait", "stall_long_sb (Not Issued)"]
+
+
+def _page(blocks: list[tuple[str, list[list[str]]]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    for name, rows in blocks:
+        writer.writerow(["Kernel Name", name, ""])
+        writer.writerow(HEADER)
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def test_source_page_offsets_are_relative_and_launches_of_one_kernel_add_up() -> None:
+    a = [["0x7f0000001000", "LDG", "10", "0", "7", "1", "99"], ["0x7f0000001010", "FADD", "4", "2", "0", "3", "0"]]
+    a_again = [["0x7f0000009000", "LDG", "1", "0", "1", "0", "0"], ["0x7f0000009010", "FADD", "2", "0", "0", "2", "0"]]
+    b = [["0x7f0000005000", "EXIT", "5", "0", "0", "5", "0"]]
+    kernels = parse_source_page(_page([("ka", a), ("kb", b), ("ka", a_again)]))
+    assert set(kernels) == {"ka", "kb"}
+    ka = kernels["ka"]
+    assert ka.samples == {0: 11, 0x10: 6}
+    assert ka.shared_wavefronts == {0: 0, 0x10: 2}
+    assert ka.stalls[0] == {"long_sb": 8, "wait": 1}  # the "(Not Issued)" subset is not counted twice
+    assert kernels["kb"].samples == {0: 5}
+
+
+def test_line_table_names_the_line_of_every_instruction_after_its_comment() -> None:
+    listing = """
+        .text.k:
+        //## File "/tmp/x/candidate.py", line 12
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+        //## File "/usr/lib/triton/language/standard.py", line 293
+        /*0020*/                   SHFL.BFLY PT, R3, R2, 0x10, 0x1f ;
+"""
+    assert line_table(listing) == {0: ("/tmp/x/candidate.py", 12), 0x10: ("/tmp/x/candidate.py", 12),
+                                   0x20: ("/usr/lib/triton/language/standard.py", 293)}
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[dict, dict, str]:
+    kernels = parse_source_page((RECORDED / "source_page.csv").read_text())
+    table = line_table(disassemble(RECORDED / f"{KERNEL}.cubin"))
+    return kernels, table, (RECORDED / CANDIDATE_NAME).read_text()
+
+
+def test_every_sampled_instruction_of_the_recorded_run_has_a_source_line(recorded: tuple) -> None:
+    kernels, table, _ = recorded
+    assert KERNEL in kernels
+    offsets = set(kernels[KERNEL].samples)
+    assert offsets and offsets <= set(table)  # the cubin is the one ncu sampled: same instruction offsets
+
+
+def test_recorded_hotspots_name_the_candidates_lines_and_the_library_functions(recorded: tuple) -> None:
+    kernels, table, source = recorded
+    result = hotspots(kernels[KERNEL], table, source, top=100)
+    rows = result["lines"]
+    assert result["samples"] == sum(kernels[KERNEL].samples.values()) > 0
+    assert sum(r["samples"] for r in rows) == result["samples"]  # every sample lands on some line
+    assert abs(sum(r["share_pct"] for r in rows) - 100.0) < 0.5
+    assert [r["share_pct"] for r in rows] == sorted((r["share_pct"] for r in rows), reverse=True)
+    own = [r for r in rows if r["line"] is not None]
+    assert own and all(r["text"] == source.splitlines()[r["line"] - 1].strip() for r in own)
+    assert any("tl.load" in r["text"] for r in own)
+    library = [r for r in rows if r["line"] is None]
+    assert {r["function"] for r in library} & {"sum", "max", "_sum_combine", "_elementwise_max", "maximum"}
+    for r in rows:
+        assert sum(r["stalls_pct"].values()) <= 100.0 + 1e-6
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "client.cli", "hotspots", *args, "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_refuses_a_candidate_that_breaks_the_rules(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import flash_attn\n\ndef entry(x):\n    return x\n")
+    proc = _cli(str(bad), "--problem", "softmax")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["ok"] is False
+    assert any("flash_attn" in e["message"] for e in report["errors"])
+
+
+@pytest.mark.skipif(find_ncu() is not None, reason="ncu is installed here")
+def test_cli_says_clearly_when_ncu_is_missing() -> None:
+    proc = _cli(str(ROOT / "kernels" / "softmax" / "starter.py"), "--problem", "softmax", "--shape", "small")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert report == {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(find_ncu() is None, reason="needs ncu")
+def test_hotspots_of_the_softmax_starter_on_the_gpu() -> None:
+    from tools.hotspots import ncu_hotspots
+
+    result = ncu_hotspots("softmax", (ROOT / "kernels" / "softmax" / "starter.py").read_text(), "bench", top=5)
+    assert result["ok"], result
+    (kernel,) = result["kernels"]
+    assert kernel["kernel"] == KERNEL and kernel["samples"] > 0
+    assert any(r["line"] is not None for r in kernel["lines"])
