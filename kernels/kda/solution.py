@@ -46,8 +46,9 @@ MAXNREG_PREP: int | None = 128
 MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
 # 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 against 1016 us for the prep
-# kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4 it gave wrong outputs or
-# an illegal address on the H200 (Triton 3.6; right in the interpreter), so entry() refuses fewer.
+# kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's code for the
+# U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the odd shape; wrong
+# outputs or an illegal address on the H200, right in the interpreter), so entry() refuses fewer.
 PREP_FULL = 1
 # Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
 # (about float32 accuracy, three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores).
@@ -517,7 +518,8 @@ def entry(
     if PREP_FULL:
         if NUM_WARPS_PREP < 8:
             raise ValueError(f"the full-tile prep kernel (PREP_FULL = 1) needs NUM_WARPS_PREP >= 8, not "
-                             f"{NUM_WARPS_PREP}: at 4 warps it computes wrong outputs on the H200 (Triton 3.6)")
+                             f"{NUM_WARPS_PREP}: at 4 warps Triton 3.6 compiles its U product with an out-of-range "
+                             f"shared-memory access (wrong outputs or an illegal address on the H200)")
         kda_chunk_prep_full_kernel[(NT, B * H)](
             *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
             INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
