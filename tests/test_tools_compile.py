@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,16 @@ def test_asm_on_request(tmp_path: Path) -> None:
     r = compile_candidate("softmax", SOFTMAX, "small", want_asm=True, cache_dir=tmp_path)
     k = r["kernels"][0]
     assert ".target sm_90" in k["ptx"] and "EXIT" in k["sass"]
+
+
+def test_instruction_count_of_a_kernel_past_64_kb_of_code(tmp_path: Path) -> None:
+    """The KDA prep kernel is over 4096 instructions: SASS offsets of five hex digits count too."""
+    source = (Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py").read_text()
+    r = compile_candidate("kda", source, "bench", want_asm=True, cache_dir=tmp_path)
+    prep = next(k for k in r["kernels"] if k["name"] == "kda_chunk_prep_full_kernel")
+    last_offset = int(re.findall(r"/\*([0-9a-f]+)\*/\s+EXIT", prep["sass"])[-1], 16)
+    assert prep["sass_instructions"] > 4096
+    assert prep["sass_instructions"] >= last_offset // 16 + 1  # sm_90 instructions are 16 bytes, from offset 0
 
 
 def test_compile_error_points_at_the_kernel_line(tmp_path: Path) -> None:

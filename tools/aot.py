@@ -129,7 +129,7 @@ def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
         "shared_bytes": shared,
         "uses_wgmma": "HGMMA" in sass or "QGMMA" in sass or "IGMMA" in sass,
         "uses_tma": any(op in sass for op in ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF")),
-        "sass_instructions": sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)),
+        "sass_instructions": sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)),
     }
     if want_asm:
         out["sass"] = sass

@@ -36,7 +36,7 @@ def _triton_version() -> str:
 
 
 # Bumped whenever what a report contains changes, so that no cached report of an older form is served.
-REPORT_VERSION = 4
+REPORT_VERSION = 5
 
 
 def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool) -> str:

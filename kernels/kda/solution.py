@@ -20,11 +20,13 @@ one centre to the next (times e^(c_I - c_{I-1}) <= 1) and end as Kd; no exponent
 outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks in the prep kernel (nearly all exponentials, the
-solve, reading q, k, v, g once); the scan is the only sequential part, a chain of dependent matmuls a
-chunk, latency bound at small B * H. Measured on the H200 (BENCHMARKS.md, bench): prep 949 us, scan 286 us.
-Of the full-tile prep, the inverse's ten tf32 products take about 245 us and each score centre about 70 us
-(timed by removing them); the rest, about 490 us, is loads, norms, the cumulative gate, exponentials and
-stores, at one 8-warp CTA an SM (255 registers), against a 142 us floor for its 570 MB of traffic.
+solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
+bench): prep 935 us, scan 286 us. Of the full-tile prep, the inverse's ten tf32 products take about 245 us and
+each score centre about 70 us (timed by removing them); the rest is loads, norms, the cumulative gate,
+exponentials and stores, at one 8-warp CTA an SM (255 registers), against a 142 us floor for its 570 MB of
+traffic (`marathon hotspots`: cross-warp reductions 21% of the stall samples, the score products 19%, the
+inverse 22%). The scan waits mostly on its loads: the four value-block programs of a head each read the
+key-side tiles, 983 MB in 286 us out of L2.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ MAXNREG_PREP: int | None = 128
 # spill over a kilobyte a thread.
 MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
-# 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 against 1016 us for the prep
-# kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's code for the
+# 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 (935 since) against 1016 us for
+# the prep kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's code for the
 # U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the odd shape; wrong
 # outputs or an illegal address on the H200, right in the interpreter), so entry() refuses fewer.
 PREP_FULL = 1
@@ -325,11 +327,6 @@ def _centre_scores(krf, qrf, k, G, c, offs_t, akk, aqk, lo: tl.constexpr, dt: tl
 
 
 @triton.jit
-def _row(X, offs_t, r: tl.constexpr):
-    return tl.sum(tl.where(offs_t[:, None] == r, X, 0.0), 0)
-
-
-@triton.jit
 def _inv_unit_lower_64(akk, i_, j_, INV_PRECISION: tl.constexpr):
     """(I + Akk)^-1 for strictly lower Akk [64, 64] in ten matmuls: the 16x16 diagonal blocks D as
     (I - D)(I + D^2)(I + D^4)(I + D^8) (nilpotent), then I + Akk = (I + D)(I + N) with N = (I + D)^-1 L
@@ -392,13 +389,15 @@ def kda_chunk_prep_full_kernel(
     G = tl.cumsum(g, 0)  # padding rows add 0: the last row is G_last
     g_last = tl.sum(g, 0)
 
-    c0 = _row(G, offs_t, 0)
-    c1 = _row(G, offs_t, 16)
-    c2 = _row(G, offs_t, 32)
-    c3 = _row(G, offs_t, 48)
-    sub = (offs_t // 16)[:, None]
-    centre = tl.where(sub == 0, c0[None, :], tl.where(sub == 1, c1[None, :], tl.where(sub == 2, c2[None, :],
-                                                                                   c3[None, :])))
+    # The centres c_I = G at rows 0, 16, 32, 48 in one reduction over a [4, 16, BK] view (the four rows picked
+    # from each sub-block) in place of one reduction a centre: 13 us less at bench on the H200 (BENCHMARKS.md).
+    C4 = tl.sum(tl.where(tl.arange(0, 16)[None, :, None] == 0, tl.reshape(G, (4, 16, BK)), 0.0), 1)
+    centre = tl.reshape(tl.broadcast_to(C4[:, None, :], (4, 16, BK)), (64, BK))  # each row's own centre
+    blk = tl.arange(0, 4)[:, None]
+    c0 = tl.sum(tl.where(blk == 0, C4, 0.0), 0)
+    c1 = tl.sum(tl.where(blk == 1, C4, 0.0), 0)
+    c2 = tl.sum(tl.where(blk == 2, C4, 0.0), 0)
+    c3 = tl.sum(tl.where(blk == 3, C4, 0.0), 0)
     # Everything that needs q or e^G is formed and stored here, so that only k and G stay live
     # through the scores (register pressure: each [64, 128] float32 tile is 32 registers a thread at 8 warps).
     rf = tl.exp(G - centre)  # <= 1
