@@ -48,9 +48,9 @@ MAXNREG_PREP: int | None = 128
 MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
 # 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 (935 since) against 1016 us for
-# the prep kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's code for the
-# U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the odd shape; wrong
-# outputs or an illegal address on the H200, right in the interpreter), so entry() refuses fewer.
+# the prep kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's
+# code for the U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the
+# odd shape; wrong outputs or an illegal address on the H200, right in the interpreter), so entry() refuses.
 PREP_FULL = 1
 # Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
 # (about float32 accuracy, three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores).
