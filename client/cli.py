@@ -223,17 +223,14 @@ def _hotspots_args(p: argparse.ArgumentParser) -> None:
 @command("hotspots", "where a candidate's kernels stall, per source line (Nsight Compute's warp-state samples; "
                      "needs a GPU and ncu)")(_hotspots_args)
 def cmd_hotspots(args: argparse.Namespace) -> int:
-    from tools import guard
-    from tools.hotspots import format_hotspots, ncu_hotspots
-
     source = _read_source(args.file)
-    violations = guard.static_check(source)
-    if violations:  # the same rules as compile and profile: nothing forbidden runs, not even under ncu
-        report: dict[str, Any] = {"ok": False, "error": "the candidate breaks the rules",
-                                  "errors": [v.to_dict() for v in violations]}
-    else:
-        report = ncu_hotspots(args.problem, source, args.shape, top=args.top, save_dir=args.save)
-    emit(report, args.json, format_hotspots)
+    svc = _service()
+    try:
+        report = svc.hotspots(args.problem, source, args.shape, top=args.top, save_dir=args.save,
+                              client={"name": "marathon-cli"}, progress=None if args.json else stderr_progress)
+    finally:
+        svc.close()
+    emit(report, args.json, text.hotspots_text)
     return 0 if report.get("ok") else 1
 
 # -- entry point --------------------------------------------------------------------------------------

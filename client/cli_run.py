@@ -89,7 +89,7 @@ def loop_options(saved: dict[str, Any] | None = None, args: argparse.Namespace |
         options.default_timeout = float(saved["default_timeout"])
     timeout = getattr(args, "call_timeout", None)
     if timeout:
-        options.call_timeouts = dict.fromkeys(("profile", "baseline", "compile"), float(timeout))
+        options.call_timeouts = dict.fromkeys(("profile", "baseline", "compile", "hotspots"), float(timeout))
     return options
 
 

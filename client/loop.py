@@ -56,10 +56,10 @@ from state import Event, EventLog, canonical_json, intent_key
 log = logging.getLogger("marathon.client")
 
 # Tools whose results the server logs in full, so a result that landed can be read back on resume.
-RECOVERABLE = frozenset({"compile", "profile", "baseline", "note"})
+RECOVERABLE = frozenset({"compile", "profile", "hotspots", "baseline", "note"})
 # Safe to send again when the server's annotations are not known (the server marks these itself).
-SAFE_BY_NAME = frozenset({"list_problems", "attempts", "best", "attempt", "compile", "profile", "baseline",
-                          READ_RESOURCE.name})
+SAFE_BY_NAME = frozenset({"list_problems", "attempts", "best", "attempt", "compile", "profile", "hotspots",
+                          "baseline", READ_RESOURCE.name})
 NUDGE = ("The goal is not met yet ({best}) and budget remains ({budget}). Keep going: call a tool. Answering "
          "without a tool call again ends the run.")
 
@@ -70,7 +70,7 @@ Hook = Callable[[str], None]
 class LoopOptions:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     call_timeouts: dict[str, float] = field(default_factory=lambda: {"profile": 1200.0, "baseline": 1800.0,
-                                                                     "compile": 600.0})
+                                                                     "compile": 600.0, "hotspots": 900.0})
     default_timeout: float = 120.0
     link_retries: int = 2  # re-sends of a call that is safe to repeat after the connection broke
     max_nudges: int = 1  # times a model that stops early is asked to go on

@@ -54,7 +54,8 @@ INSTRUCTIONS = """\
 kernel-marathon: write fast Triton kernels for Hopper GPUs, checked against a reference and timed
 against a baseline. The loop: list_problems; read problem://{name}/description and
 problem://{name}/starter; compile(problem, source) to see registers, spills and wgmma use; profile(problem,
-source) to check correctness on fresh inputs and time it; note(...) what you learned; attempts(...) and
+source) to check correctness on fresh inputs and time it; hotspots(problem, source) to see which source
+lines the kernels stall on (GPU with Nsight Compute); note(...) what you learned; attempts(...) and
 best(...) to see what was tried. A candidate is one Python file defining entry(*inputs) that launches
 @triton.jit kernels; no kernel libraries and no torch compute (allocation and views are fine)."""
 
@@ -250,6 +251,28 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             _internal("baseline", report)
             return _job_reply(report, models.BaselineResult, summaries.baseline_text(report),
                               bool(report.get("ok")))
+
+    @app.tool(title="Where a candidate's kernels stall, by source line", annotations=RUNS_JOB)
+    async def hotspots(
+        problem: ProblemArg, source: SourceArg, ctx: Context, shape: ShapeArg = None,
+        top: Annotated[int, Field(ge=1, le=100, description="source lines to list per kernel")] = 15,
+    ) -> Annotated[CallToolResult, models.HotspotsResult]:
+        """Run one call of the candidate under Nsight Compute with warp-state sampling and list, per
+        kernel, the source lines where its warps stall most, with the reasons (long_sb: waiting on
+        global memory; barrier, mio: shared memory and layout conversions; wait: fixed latencies).
+
+        Lines inside Triton's own code (a tl.sum, a tl.cumsum) are named by their Triton function. Needs a
+        GPU and ncu; does not check or time the candidate (use profile for that). Takes about a minute."""
+        with _faults("hotspots"):
+            c = who(ctx)
+
+            def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
+                return service.hotspots(problem, source, shape, top=top, run_id=c.run_id, client=c.client(),
+                                        call_id=c.call_id, progress=progress)
+
+            # ncu runs to completion once started: a cancelled call finishes (and is logged) on its own.
+            report = await run_blocking(ctx, "hotspots", work, beat, cancel_grace_s=0)
+            return _job_reply(report, models.HotspotsResult, summaries.hotspots_text(report), bool(report.get("ok")))
 
     # -- the event log ----------------------------------------------------------------------------------
 

@@ -96,6 +96,35 @@ class CompileResult(Open):
     attempt_id: int | None = Field(None, description="the attempt this call logged; read it with `attempt`")
 
 
+
+# -- hotspots ----------------------------------------------------------------------------------------
+
+class HotspotLine(Open):
+    share_pct: float = Field(description="this line's share of the kernel's warp-stall samples, percent")
+    samples: int
+    line: int | None = Field(None, description="the candidate's line; None for Triton's own code")
+    library: str | None = Field(None, description="file:line inside Triton, for a library line")
+    function: str | None = Field(None, description="the Triton function of a library line, e.g. 'sum'")
+    text: str = ""
+    stalls_pct: dict[str, float] = Field(default_factory=dict, description="the line's top stall reasons, "
+                                                                           "percent of its samples")
+
+
+class KernelHotspots(Open):
+    kernel: str
+    samples: int | None = None
+    stalls_pct: dict[str, float] = Field(default_factory=dict)
+    lines: list[HotspotLine] = Field(default_factory=list)
+    error: str | None = None
+
+
+class HotspotsResult(Open):
+    problem: str
+    shape: str
+    ok: bool
+    error: str | None = None
+    kernels: list[KernelHotspots] = Field(default_factory=list)
+
 # -- profile -----------------------------------------------------------------------------------------
 
 class Timing(Open):

@@ -19,6 +19,7 @@ from typing import Any
 from kernels import get_problem, list_problems, problem_names, solution_path, starter_path
 from state import EventLog, intent_key, state_dir
 from state.events import outcome_for
+from tools import guard
 from tools.compiler import compile_candidate
 from tools.pool import WorkerPool
 
@@ -178,6 +179,28 @@ class Service:
             result["profile_vs_ncu_pct"] = 100.0 * (median - result["gpu_time_us_per_call"]) / \
                 result["gpu_time_us_per_call"]
         return result
+
+    def hotspots(self, problem: str, source: str, shape: str | None = None, *, top: int = 15,
+                 save_dir: Path | None = None, run_id: str | None = None, client: dict[str, Any] | None = None,
+                 call_id: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """Warp-stall samples per source line (tools.hotspots): a diagnosis, not an attempt; logged as a
+        tool call. The static guard runs first, as for compile and profile."""
+        from tools.hotspots import ncu_hotspots
+
+        shape = self.resolve(problem, shape)
+        intent = self._intent("hotspots", {"problem": problem, "shape": shape, "source": source, "top": top},
+                              run_id, client, call_id)
+        violations = guard.static_check(source)
+        if violations:
+            report: dict[str, Any] = {"ok": False, "error": "the candidate breaks the rules",
+                                      "error_class": "rejected", "errors": [v.to_dict() for v in violations]}
+        else:
+            if progress is not None:
+                progress({"stage": "Nsight Compute", "done": None, "total": None})
+            report = ncu_hotspots(problem, source, shape, top=top, save_dir=save_dir)
+        report = {"problem": problem, "shape": shape, **report}
+        self._result("hotspots", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+        return report
 
     def baseline(self, problem: str, shape: str | None = None, *, refresh: bool = False,
                  run_id: str | None = None, client: dict[str, Any] | None = None,

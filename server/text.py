@@ -174,3 +174,23 @@ def problems_text(problems: list[dict[str, Any]]) -> str:
                      f"baselines: {', '.join(b['name'] for b in d.get('baselines', [])) or '-'}")
     lines.append("resources: problem://{name}/description, /reference, /starter, /shapes; best://{name}/{shape}")
     return "\n".join(lines)
+
+
+def hotspots_text(result: dict[str, Any]) -> str:
+    """Per kernel: its stall mix, then its lines by share of the samples, each with its top reasons."""
+    if not result.get("ok"):
+        details = "".join(f"\n  line {e.get('line')}: {e.get('message')}" for e in result.get("errors", []))
+        return f"hotspots failed: {result.get('error')}{details}"
+    out = []
+    for k in result["kernels"]:
+        if "error" in k:
+            out.append(f"{k['kernel']}: {k['error']}")
+            continue
+        stalls = ", ".join(f"{r} {p}%" for r, p in k["stalls_pct"].items())
+        out.append(f"{k['kernel']}: {k['samples']} stall samples ({stalls})")
+        for row in k["lines"]:
+            where = f"line {row['line']}" if row["line"] else f"{row['library']} ({row.get('function') or '?'})"
+            top = ", ".join(f"{r} {p}%" for r, p in row["stalls_pct"].items())
+            out.append(f"  {row['share_pct']:5.1f}%  {where:<42} {row['text'][:70]}")
+            out.append(f"  {'':6}  {top}")
+    return "\n".join(out)

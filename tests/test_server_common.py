@@ -22,7 +22,7 @@ REFUSED = "import flash_attn\n\n\ndef entry(x):\n    return x\n"
 SYNTAX = "def entry(x):\n    return (x\n"
 HANGS = "import torch\n\n\ndef entry(x):\n    while True:\n        pass\n"
 
-TOOLS = {"list_problems", "compile", "profile", "baseline", "attempts", "best", "attempt", "note"}
+TOOLS = {"list_problems", "compile", "profile", "hotspots", "baseline", "attempts", "best", "attempt", "note"}
 
 
 def server_env(home: Path, **extra: str) -> dict[str, str]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,26 +96,28 @@ def test_recorded_hotspots_name_the_candidates_lines_and_the_library_functions(r
         assert sum(r["stalls_pct"].values()) <= 100.0 + 1e-6
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client.cli", "hotspots", *args, "--json"], cwd=ROOT,
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "client.cli", "hotspots", *args, "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_cli_refuses_a_candidate_that_breaks_the_rules(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import flash_attn\n\ndef entry(x):\n    return x\n")
-    proc = _cli(str(bad), "--problem", "softmax")
+    proc = _cli(tmp_path, str(bad), "--problem", "softmax")
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and report["ok"] is False
     assert any("flash_attn" in e["message"] for e in report["errors"])
 
 
 @pytest.mark.skipif(find_ncu() is not None, reason="ncu is installed here")
-def test_cli_says_clearly_when_ncu_is_missing() -> None:
-    proc = _cli(str(ROOT / "kernels" / "softmax" / "starter.py"), "--problem", "softmax", "--shape", "small")
+def test_cli_says_clearly_when_ncu_is_missing(tmp_path: Path) -> None:
+    proc = _cli(tmp_path, str(ROOT / "kernels" / "softmax" / "starter.py"), "--problem", "softmax", "--shape", "small")
     report = json.loads(proc.stdout)
     assert proc.returncode == 1
-    assert report == {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
+    assert report == {"problem": "softmax", "shape": "small", "ok": False,
+                      "error": "ncu (Nsight Compute) is not installed here"}
 
 
 @pytest.mark.gpu
@@ -126,3 +130,28 @@ def test_hotspots_of_the_softmax_starter_on_the_gpu() -> None:
     (kernel,) = result["kernels"]
     assert kernel["kernel"] == KERNEL and kernel["samples"] > 0
     assert any(r["line"] is not None for r in kernel["lines"])
+
+
+def test_the_mcp_tool_reports_a_refusal_as_a_tool_error_and_logs_the_call(tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from server.app import build_app
+    from server.service import Service
+    from state import EventLog
+
+    service = Service(log=EventLog(tmp_path / "marathon.db"), cache_dir=tmp_path / "cache")
+    try:
+        async def main() -> Any:
+            async with Client(build_app(service)) as c:
+                return await c.call_tool("hotspots", {"problem": "softmax", "source": "import flash_attn\n"})
+
+        result = anyio.run(main)
+        assert result.is_error
+        report = result.structured_content
+        assert report["ok"] is False and report["problem"] == "softmax" and report["shape"] == "bench"
+        assert any("flash_attn" in e["message"] for e in report["errors"])
+        kinds = [(e.kind, e.payload.get("tool")) for e in service.log.events()]
+        assert ("tool.intent", "hotspots") in kinds and ("tool.result", "hotspots") in kinds
+    finally:
+        service.close()

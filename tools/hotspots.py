@@ -257,22 +257,3 @@ def dump_cubins(module: Any, folder: Path) -> list[str]:
                 (folder / f"{compiled.name}.cubin").write_bytes(compiled.asm["cubin"])
                 written.append(compiled.name)
     return written
-
-
-def format_hotspots(result: dict[str, Any]) -> str:
-    if not result.get("ok"):
-        details = "".join(f"\n  line {e.get('line')}: {e.get('message')}" for e in result.get("errors", []))
-        return f"hotspots failed: {result.get('error')}{details}"
-    out = []
-    for k in result["kernels"]:
-        if "error" in k:
-            out.append(f"{k['kernel']}: {k['error']}")
-            continue
-        stalls = ", ".join(f"{r} {p}%" for r, p in k["stalls_pct"].items())
-        out.append(f"{k['kernel']}: {k['samples']} stall samples ({stalls})")
-        for row in k["lines"]:
-            where = f"line {row['line']}" if row["line"] else f"{row['library']} ({row.get('function') or '?'})"
-            top = ", ".join(f"{r} {p}%" for r, p in row["stalls_pct"].items())
-            out.append(f"  {row['share_pct']:5.1f}%  {where:<42} {row['text'][:70]}")
-            out.append(f"  {'':6}  {top}")
-    return "\n".join(out)
