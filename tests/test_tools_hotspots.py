@@ -155,3 +155,29 @@ def test_the_mcp_tool_reports_a_refusal_as_a_tool_error_and_logs_the_call(tmp_pa
         assert ("tool.intent", "hotspots") in kinds and ("tool.result", "hotspots") in kinds
     finally:
         service.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(find_ncu() is None, reason="needs ncu")
+def test_the_mcp_tool_on_the_gpu(tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from server.app import build_app
+    from server.service import Service
+    from state import EventLog
+
+    service = Service(log=EventLog(tmp_path / "marathon.db"), cache_dir=tmp_path / "cache")
+    try:
+        async def main() -> Any:
+            async with Client(build_app(service)) as c:
+                source = (ROOT / "kernels" / "softmax" / "starter.py").read_text()
+                return await c.call_tool("hotspots", {"problem": "softmax", "top": 3, "source": source})
+
+        result = anyio.run(main)
+        assert not result.is_error, result.content
+        (kernel,) = result.structured_content["kernels"]
+        assert kernel["kernel"] == KERNEL and 1 <= len(kernel["lines"]) <= 3
+        assert KERNEL in result.content[0].text
+    finally:
+        service.close()
