@@ -122,14 +122,25 @@ def test_cli_says_clearly_when_ncu_is_missing(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(find_ncu() is None, reason="needs ncu")
-def test_hotspots_of_the_softmax_starter_on_the_gpu() -> None:
+def test_hotspots_of_the_softmax_starter_on_the_gpu(tmp_path: Path) -> None:
+    """Also when Triton's cache already holds the same kernel built from another file (its line table
+    would name that file): the candidate's lines still read as the candidate's."""
     from tools.hotspots import ncu_hotspots
 
-    result = ncu_hotspots("softmax", (ROOT / "kernels" / "softmax" / "starter.py").read_text(), "bench", top=5)
+    source = (ROOT / "kernels" / "softmax" / "starter.py").read_text()
+    elsewhere = tmp_path / "same_kernel_elsewhere.py"
+    elsewhere.write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", "import importlib.util, torch; "
+                    f"s = importlib.util.spec_from_file_location('m', {str(elsewhere)!r}); "
+                    "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+                    "m.entry(torch.randn(64, 1000, device='cuda'))"], env=env, check=True, timeout=300)
+    result = ncu_hotspots("softmax", source, "bench", top=5)
     assert result["ok"], result
     (kernel,) = result["kernels"]
     assert kernel["kernel"] == KERNEL and kernel["samples"] > 0
     assert any(r["line"] is not None for r in kernel["lines"])
+    assert not any("same_kernel_elsewhere" in (r.get("library") or "") for r in kernel["lines"])
 
 
 def test_the_mcp_tool_reports_a_refusal_as_a_tool_error_and_logs_the_call(tmp_path: Path) -> None:

@@ -206,7 +206,9 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
         target = work / "target.json"
         target.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand), "calls": 1,
                                       "cubin_dir": str(cubins)}))
-        env = scrubbed_env({"PYTHONPATH": str(project_root())})
+        # A fresh Triton cache: a cached cubin built from another file with the same kernel source would
+        # carry that file's name in its line table, and its lines would not read as the candidate's.
+        env = scrubbed_env({"PYTHONPATH": str(project_root()), "TRITON_CACHE_DIR": str(work / "triton-cache")})
         report = work / "report"
         cmd = [ncu, "--clock-control", "none", "--section", "SourceCounters", "--section", "WarpStateStats",
                "--nvtx", "--nvtx-include", "profiled/", "-f", "-o", str(report),
