@@ -147,6 +147,9 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
     p.add_argument("--shape", default="bench", help="shape whose launches are compiled (default bench)")
     p.add_argument("--asm", action="store_true", help="include PTX and SASS of every kernel")
+    p.add_argument("--lines", action="store_true",
+                   help="per kernel, its instructions by source line: shared memory, barriers, shuffles, MMAs, "
+                        "global and spill traffic")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -155,7 +158,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     source = _read_source(args.file)
     svc = _service()
     try:
-        report = svc.compile(args.problem, source, args.shape, want_asm=args.asm,
+        report = svc.compile(args.problem, source, args.shape, want_asm=args.asm, want_lines=args.lines,
                              client={"name": "marathon-cli"})
     finally:
         svc.close()

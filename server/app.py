@@ -179,6 +179,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     async def compile(
         problem: ProblemArg, source: SourceArg, ctx: Context, shape: ShapeArg = None,
         asm: Annotated[bool, Field(description="include PTX and SASS of every kernel (long)")] = False,
+        lines: Annotated[bool, Field(description="per kernel, its instructions by source line and kind (shared "
+                                                 "memory, barriers, shuffles, MMAs, global, spills): where layout "
+                                                 "conversions and cross-warp reductions are")] = False,
     ) -> Annotated[CallToolResult, models.CompileResult]:
         """Compile every kernel the candidate launches at `shape` for sm_90 (Hopper), without running it.
 
@@ -189,8 +192,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             c = who(ctx)
 
             def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                return service.compile(problem, source, shape, want_asm=asm, run_id=c.run_id, client=c.client(),
-                                       call_id=c.call_id)
+                return service.compile(problem, source, shape, want_asm=asm, want_lines=lines, run_id=c.run_id,
+                                       client=c.client(), call_id=c.call_id)
 
             # The compile steps cannot be interrupted: a cancelled compile finishes (and is logged) on its own.
             report = await run_blocking(ctx, "compile", work, beat, cancel_grace_s=0)

@@ -68,6 +68,21 @@ class ProblemList(Open):
 
 # -- compile -----------------------------------------------------------------------------------------
 
+class LineMix(Open):
+    instructions: int = Field(description="SASS instructions from this source line")
+    line: int | None = Field(None, description="the candidate's line; None for Triton's own code")
+    library: str | None = Field(None, description="file:line inside Triton, for a library line")
+    function: str | None = Field(None, description="the Triton function of a library line, e.g. 'cumsum'")
+    text: str = ""
+    shared: int = Field(0, description="shared-memory loads and stores (layout conversions, reductions, operands)")
+    barriers: int = 0
+    shuffles: int = 0
+    mma: int = Field(0, description="tensor-core MMA instructions")
+    global_ops: int = Field(0, alias="global", description="global loads, stores and copies")
+    local: int = Field(0, description="spill loads and stores")
+    mufu: int = Field(0, description="special-function instructions (exp2, rsqrt, ...)")
+
+
 class KernelReport(Open):
     name: str
     registers: int | None = Field(None, description="registers per thread")
@@ -77,6 +92,9 @@ class KernelReport(Open):
     num_stages: int | None = None
     uses_wgmma: bool | None = Field(None, description="the SASS has HGMMA (Hopper tensor-core MMA)")
     uses_tma: bool | None = None
+    lines: list[LineMix] | None = Field(None, exclude_if=lambda v: v is None,  # absent unless asked for
+                                        description="with lines=true: the source lines with the most "
+                                                    "instructions, by kind")
 
 
 class CompileMessage(Open):

@@ -130,12 +130,15 @@ class Service:
         raise UnknownInput(f"unknown source {which!r} (starter, solution, reference)")
 
     def compile(self, problem: str, source: str, shape: str | None = None, *, want_asm: bool = False,
-                run_id: str | None = None, client: dict[str, Any] | None = None,
+                want_lines: bool = False, run_id: str | None = None, client: dict[str, Any] | None = None,
                 call_id: str | None = None) -> dict[str, Any]:
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "want_asm": want_asm}
+        if want_lines:
+            args["want_lines"] = True
         intent = self._intent("compile", args, run_id, client, call_id)
-        report = compile_candidate(problem, source, shape, want_asm=want_asm, cache_dir=self.cache_dir)
+        report = compile_candidate(problem, source, shape, want_asm=want_asm, want_lines=want_lines,
+                                   cache_dir=self.cache_dir)
         sha = self.log.put_source(source)
         report["attempt_id"] = self._attempt("compile", report, sha, run_id, intent.id)
         self._result("compile", intent, bool(report["ok"]), _without_asm(report), _first_error(report), run_id)

@@ -29,6 +29,14 @@ def compile_text(r: dict[str, Any]) -> str:
                      f"{k.get('shared_bytes')} B shared, warps={k.get('num_warps')} "
                      f"stages={k.get('num_stages')}, wgmma={'yes' if k.get('uses_wgmma') else 'no'}, "
                      f"tma={'yes' if k.get('uses_tma') else 'no'}")
+        if k.get("lines"):
+            lines.append(f"    {'instr':>6} {'shared':>6} {'bar':>4} {'shfl':>4} {'mma':>4} {'global':>6} {'spill':>5} "
+                         f"{'mufu':>4}  source")
+            for row in k["lines"]:
+                where = f"line {row['line']}" if row.get("line") else f"{row.get('library')} ({row.get('function')})"
+                lines.append(f"    {row['instructions']:6d} {row['shared']:6d} {row['barriers']:4d} "
+                             f"{row['shuffles']:4d} {row['mma']:4d} {row['global']:6d} {row['local']:5d} "
+                             f"{row['mufu']:4d}  {where}: {row.get('text', '')[:60]}")
         if k.get("sass"):
             lines.append(k["sass"])
     for e in r.get("errors") or []:

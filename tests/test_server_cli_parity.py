@@ -21,21 +21,21 @@ from tests.test_server_common import ROOT, STARTER, SYNTAX
 IGNORED = {"elapsed_s", "cached", "attempt_id"}
 
 
-def _cli_compile(home: Path, source: str) -> tuple[int, dict[str, Any]]:
+def _cli_compile(home: Path, source: str, *flags: str) -> tuple[int, dict[str, Any]]:
     path = home / "candidate.py"
     path.write_text(source)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(home)}
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "compile", str(path), "--problem", "softmax", "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "client.cli", "compile", str(path), "--problem", "softmax", "--json",
+                           *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, json.loads(proc.stdout)
 
 
-def _mcp_compile(source: str) -> Any:
+def _mcp_compile(source: str, **options: Any) -> Any:
     service = Service()  # the same MARATHON_HOME as the CLI run (set per test by conftest)
     try:
         async def main() -> Any:
             async with Client(build_app(service)) as c:
-                return await c.call_tool("compile", {"problem": "softmax", "source": source})
+                return await c.call_tool("compile", {"problem": "softmax", "source": source, **options})
 
         return anyio.run(main)
     finally:
@@ -52,3 +52,11 @@ def test_compile_over_mcp_and_over_the_cli_agree(marathon_home: Path, source: st
     assert compared <= set(mcp), compared - set(mcp)
     assert {k: mcp[k] for k in compared} == {k: cli[k] for k in compared}
     assert mcp["attempt_id"] != cli["attempt_id"]  # two calls, two attempts in one log
+
+
+def test_instructions_by_line_over_mcp_and_over_the_cli_agree(marathon_home: Path) -> None:
+    code, cli = _cli_compile(marathon_home, STARTER, "--lines")
+    mcp = _mcp_compile(STARTER, lines=True).structured_content
+    assert code == 0 and mcp["ok"]
+    (cli_kernel,), (mcp_kernel,) = cli["kernels"], mcp["kernels"]
+    assert cli_kernel["lines"] and mcp_kernel["lines"] == cli_kernel["lines"]  # "global" keeps its name

@@ -59,6 +59,23 @@ def test_instruction_count_of_a_kernel_past_64_kb_of_code(tmp_path: Path) -> Non
     assert prep["sass_instructions"] >= last_offset // 16 + 1  # sm_90 instructions are 16 bytes, from offset 0
 
 
+def test_instructions_by_source_line_add_up_and_name_what_they_are(tmp_path: Path) -> None:
+    plain = compile_candidate("softmax", SOFTMAX, "bench", cache_dir=tmp_path)
+    r = compile_candidate("softmax", SOFTMAX, "bench", want_lines=True, cache_dir=tmp_path)
+    assert not r["cached"] and "lines" not in plain["kernels"][0]  # its own cache entry, asked for
+    (k,) = r["kernels"]
+    rows = k["lines"]
+    assert sum(row["instructions"] for row in rows) == k["sass_instructions"]  # every instruction, once
+    source_lines = SOFTMAX.splitlines()
+    own = {row["line"]: row for row in rows if row["line"] is not None}
+    assert all(row["text"] == source_lines[n - 1].strip() for n, row in own.items())
+    load = next(row for row in own.values() if row["text"].startswith("x = tl.load("))
+    exp = next(row for row in own.values() if row["text"].startswith("e = tl.exp("))
+    assert load["global"] >= 1 and load["mufu"] == 0 and exp["mufu"] >= 1 and exp["global"] == 0
+    reductions = [row for row in rows if row["line"] is None and row["function"] in ("max", "sum")]
+    assert reductions and all(row["shuffles"] > 0 for row in reductions)  # 8 warps: a cross-warp reduction
+
+
 def test_compile_error_points_at_the_kernel_line(tmp_path: Path) -> None:
     src = SOFTMAX.replace("    e = tl.exp(x)\n", "    e = tl.exp(undefined_name)\n")
     r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)

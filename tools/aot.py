@@ -70,7 +70,10 @@ def _find_kernel(module: Any, record: dict[str, Any]) -> Any:
     raise LookupError(f"kernel {record['kernel']!r} is not a module-level @triton.jit function of the candidate")
 
 
-def compile_launch(module: Any, record: dict[str, Any], want_asm: bool) -> dict[str, Any]:
+def compile_launch(module: Any, record: dict[str, Any], want_asm: bool, lines_from: Path | None = None,
+                   top_lines: int = 20) -> dict[str, Any]:
+    """Compile one recorded launch for sm_90 and read its resources; with `lines_from` (the candidate's path),
+    also its instruction mix by source line."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -105,7 +108,19 @@ def compile_launch(module: Any, record: dict[str, Any], want_asm: bool) -> dict[
     if want_asm:
         result["ptx"] = compiled.asm.get("ptx")
         result["ttgir"] = compiled.asm.get("ttgir")
+    if lines_from is not None:
+        result["lines"] = _lines(compiled.asm["cubin"], lines_from, top_lines)
     return result
+
+
+def _lines(cubin: bytes, candidate: Path, top: int) -> list[dict[str, Any]]:
+    from tools.hotspots import disassemble, instruction_mix
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        listing = disassemble(path)
+    return instruction_mix(listing, str(candidate), candidate.read_text(), top)
 
 
 def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
@@ -157,7 +172,8 @@ def main(argv: list[str]) -> int:
     if module is not None:
         for record in request["launches"]:
             try:
-                kernel = compile_launch(module, record, request.get("want_asm", False))
+                kernel = compile_launch(module, record, request.get("want_asm", False),
+                                        path if request.get("want_lines") else None)
                 kernels.append(kernel)
                 if kernel["shared_bytes"] > MAX_SHARED_BYTES:
                     errors.append(_shared_memory_error(record["kernel"], kernel["shared_bytes"]))

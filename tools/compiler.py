@@ -39,19 +39,21 @@ def _triton_version() -> str:
 REPORT_VERSION = 5
 
 
-def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool) -> str:
-    text = json.dumps([REPORT_VERSION, TARGET, _triton_version(), problem, shape, source_sha(source), want_asm])
+def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool, want_lines: bool = False) -> str:
+    text = json.dumps([REPORT_VERSION, TARGET, _triton_version(), problem, shape, source_sha(source), want_asm,
+                       want_lines])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: float,
-              interpret: bool) -> dict[str, Any]:
+              interpret: bool, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     req = workdir / f"{module.rsplit('.', 1)[-1]}_request.json"
     res = workdir / f"{module.rsplit('.', 1)[-1]}_result.json"
     req.write_text(json.dumps(request))
     res.unlink(missing_ok=True)
     env = scrubbed_env()
     env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra_env or {})
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     else:
@@ -73,8 +75,12 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
 
 
 def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_asm: bool = False,
-                      cache_dir: Path | None = None) -> dict[str, Any]:
-    """Compile every kernel `entry()` launches at `shape`, for sm_90. Never raises for candidate faults."""
+                      want_lines: bool = False, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Compile every kernel `entry()` launches at `shape`, for sm_90. Never raises for candidate faults.
+
+    want_lines: each kernel also reports `lines`, its instructions by source line and kind (shared memory,
+    barriers, shuffles, MMAs, global, spills), compiled in a fresh Triton cache so that every line table
+    names this candidate's file."""
     from kernels import get_problem
 
     started = time.perf_counter()
@@ -83,7 +89,7 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
     sha = source_sha(source)
     base: dict[str, Any] = {"problem": problem, "shape": shape, "target": TARGET, "source_sha": sha,
                             "triton": _triton_version()}
-    key = compile_cache_key(problem, shape, source, want_asm)
+    key = compile_cache_key(problem, shape, source, want_asm, want_lines)
     cache_file = cache_dir / "compile" / f"{key}.json" if cache_dir else None
     if cache_file and cache_file.exists():
         cached = json.loads(cache_file.read_text())
@@ -108,7 +114,9 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
                       "errors": [{"message": err["message"], "line": err.get("line")}]}
             return _finish(report, cache_file if err.get("error_class") != "timeout" else None, started)
         compiled = _run_step("tools.aot", {"candidate_path": str(path), "launches": captured["launches"],
-                                           "want_asm": want_asm}, workdir, AOT_TIMEOUT_S, interpret=False)
+                                           "want_asm": want_asm, "want_lines": want_lines}, workdir, AOT_TIMEOUT_S,
+                             interpret=False,
+                             extra_env={"TRITON_CACHE_DIR": str(workdir / "triton-cache")} if want_lines else None)
     if "error" in compiled:  # the step itself failed (timeout, crash)
         err = compiled["error"]
         report = {**base, "ok": False, "kernels": [], "error_class": err["error_class"],

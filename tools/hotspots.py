@@ -1,10 +1,14 @@
-"""Which lines of a Triton kernel the GPU waits on: Nsight Compute's warp-stall samples per source line.
+"""Which lines of a Triton kernel the GPU waits on (Nsight Compute's warp-stall samples per source line), and,
+without a GPU, which lines the compiler turned into shared-memory traffic, barriers and shuffles.
 
 ncu samples, per SASS instruction, what each warp was stalled on. Triton keeps line information in the
 cubins it builds, so `nvdisasm -gi` (shipped inside Triton) names the source line of every instruction
 offset; joining the two gives the share of all samples, and the stall reasons, of each line of the
 candidate. Lines inside Triton's own library (a `tl.sum`, a `tl.cumsum`, a sigmoid) keep their library
 location and the library function's name, since Triton's line table does not say which call inlined them.
+
+`instruction_mix()` is the static half: the SASS of each line by kind (what `compile --lines` reports), the
+first place to look for layout conversions and cross-warp reductions before a GPU is at hand.
 
 `ncu_hotspots()` runs the candidate under `ncu` (one profiled call of entry(), after warm-up) in a fresh
 process that also writes the cubins of the kernels it launched; the rest of this module is plain
@@ -158,8 +162,8 @@ def hotspots(kernel: KernelSamples, table: dict[int, tuple[str, int]], candidate
         row: dict[str, Any] = {"share_pct": round(100.0 * samples / total, 2) if total else 0.0,
                                "samples": samples, "shared_wavefronts": shared[(path, line)]}
         if Path(path).name == CANDIDATE_NAME:
-            row.update(line=line, text=candidate_lines[line - 1].strip() if 0 < line <= len(candidate_lines)
-                       else "")
+            row.update(line=line, library=None, function=None,
+                       text=candidate_lines[line - 1].strip() if 0 < line <= len(candidate_lines) else "")
         else:
             local = _local_library_file(path)
             row.update(line=None, library=f"{_short(path)}:{line}", function=_enclosing_function(local, line),
@@ -187,6 +191,57 @@ def _short(path: str) -> str:
 
 def _shares(counter: Counter[str], total: int, n: int) -> dict[str, float]:
     return {k: round(100.0 * v / total, 1) for k, v in counter.most_common(n) if v} if total else {}
+
+
+# SASS opcodes by what they cost a kernel: shared memory (layout conversions, reductions, MMA operands),
+# barriers, warp shuffles, tensor-core MMAs, global and spill (local) traffic, special-function (exp, rsqrt).
+OP_KINDS: dict[str, frozenset[str]] = {
+    "shared": frozenset({"STS", "LDS", "LDSM", "STSM", "ATOMS", "REDS"}),
+    "barriers": frozenset({"BAR", "SYNCS", "WARPGROUP", "MEMBAR", "DEPBAR"}),
+    "shuffles": frozenset({"SHFL"}),
+    "mma": frozenset({"HGMMA", "QGMMA", "IGMMA", "HMMA", "IMMA"}),
+    "global": frozenset({"LDG", "STG", "LDGSTS", "UTMALDG", "UTMASTG", "UBLKCP", "RED", "ATOMG"}),
+    "local": frozenset({"LDL", "STL"}),
+    "mufu": frozenset({"MUFU"}),
+}
+_OPCODE_RE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def instruction_mix(listing: str, candidate_file: str, candidate_source: str, top: int = 20) -> list[dict[str, Any]]:
+    """The kernel's instructions by source line and kind, lines with the most instructions first.
+
+    `listing` is `nvdisasm -gi -c` of the cubin; `candidate_file` the path the kernel was compiled from
+    (its lines carry their text). Every instruction is counted once: the lines' `instructions` add up to
+    the kernel's, with "?" for instructions the line table does not cover."""
+    table = line_table(listing)
+    per_line: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    for text in listing.splitlines():
+        found = _OPCODE_RE.match(text)
+        if not found:
+            continue
+        where = table.get(int(found.group(1), 16), ("?", 0))
+        opcode = found.group(2)
+        counts = per_line[where]
+        counts["instructions"] += 1
+        for kind, opcodes in OP_KINDS.items():
+            if opcode in opcodes:
+                counts[kind] += 1
+    lines = candidate_source.splitlines()
+    cache: dict[str, list[str]] = {}
+    rows = []
+    for (path, line), counts in sorted(per_line.items(), key=lambda item: -item[1]["instructions"])[:top]:
+        row: dict[str, Any] = {"instructions": counts["instructions"], **{k: counts[k] for k in OP_KINDS}}
+        if path == candidate_file:
+            row.update(line=line, library=None, function=None,
+                       text=lines[line - 1].strip() if 0 < line <= len(lines) else "")
+        elif path == "?":
+            row.update(line=None, library="?", function=None, text="(no line information)")
+        else:
+            local = _local_library_file(path)
+            row.update(line=None, library=f"{_short(path)}:{line}", function=_enclosing_function(local, line),
+                       text=_source_line(local, line, cache))
+        rows.append(row)
+    return rows
 
 
 def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15, timeout: float = 600.0,
