@@ -213,7 +213,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return 0 if report.get("ok") else 1
 
 
-
 def _hotspots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="candidate source file defining entry(*inputs)")
     p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
@@ -235,6 +234,7 @@ def cmd_hotspots(args: argparse.Namespace) -> int:
         svc.close()
     emit(report, args.json, text.hotspots_text)
     return 0 if report.get("ok") else 1
+
 
 # -- entry point --------------------------------------------------------------------------------------
 

@@ -53,18 +53,23 @@ def _stand_in(desc: dict[str, Any]) -> Any:
     raise ValueError(f"cannot compile an argument of kind {kind!r} ({desc.get('repr', '')})")
 
 
-def _find_kernel(module: Any, record: dict[str, Any]) -> Any:
-    """The JITFunction behind a recorded launch (unwrapping autotune/heuristics wrappers)."""
+def jit_functions(module: Any) -> list[Any]:
+    """The module-level @triton.jit functions of a module, unwrapping autotune/heuristics wrappers."""
     from triton.runtime.jit import JITFunction
 
-    candidates = []
+    found = []
     for value in vars(module).values():
         fn = value
         while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
             fn = fn.fn
         if isinstance(fn, JITFunction):
-            candidates.append(fn)
-    for fn in candidates:
+            found.append(fn)
+    return found
+
+
+def _find_kernel(module: Any, record: dict[str, Any]) -> Any:
+    """The JITFunction behind a recorded launch."""
+    for fn in jit_functions(module):
         if fn.fn.__name__ == record["kernel"]:
             return fn
     raise LookupError(f"kernel {record['kernel']!r} is not a module-level @triton.jit function of the candidate")

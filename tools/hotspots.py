@@ -161,16 +161,24 @@ def hotspots(kernel: KernelSamples, table: dict[int, tuple[str, int]], candidate
     for (path, line), samples in per_line.most_common(top):
         row: dict[str, Any] = {"share_pct": round(100.0 * samples / total, 2) if total else 0.0,
                                "samples": samples, "shared_wavefronts": shared[(path, line)]}
-        if Path(path).name == CANDIDATE_NAME:
-            row.update(line=line, library=None, function=None,
-                       text=candidate_lines[line - 1].strip() if 0 < line <= len(candidate_lines) else "")
-        else:
-            local = _local_library_file(path)
-            row.update(line=None, library=f"{_short(path)}:{line}", function=_enclosing_function(local, line),
-                       text=_source_line(local, line, cache))
+        row.update(_location(path, line, Path(path).name == CANDIDATE_NAME, candidate_lines, cache))
         row["stalls_pct"] = _shares(reasons[(path, line)], samples, 3)
         rows.append(row)
     return {"kernel": kernel.name, "samples": total, "stalls_pct": _shares(overall, total, 6), "lines": rows}
+
+
+def _location(path: str, line: int, is_candidate: bool, candidate_lines: list[str],
+              cache: dict[str, list[str]]) -> dict[str, Any]:
+    """Where a row's instructions come from: the candidate's line and text, or Triton's file:line, its
+    enclosing function and text ("?" where the line table says nothing)."""
+    if is_candidate:
+        text = candidate_lines[line - 1].strip() if 0 < line <= len(candidate_lines) else ""
+        return {"line": line, "library": None, "function": None, "text": text}
+    if path == "?":
+        return {"line": None, "library": "?", "function": None, "text": "(no line information)"}
+    local = _local_library_file(path)
+    return {"line": None, "library": f"{_short(path)}:{line}", "function": _enclosing_function(local, line),
+            "text": _source_line(local, line, cache)}
 
 
 def _local_library_file(path: str) -> str:
@@ -231,15 +239,7 @@ def instruction_mix(listing: str, candidate_file: str, candidate_source: str, to
     rows = []
     for (path, line), counts in sorted(per_line.items(), key=lambda item: -item[1]["instructions"])[:top]:
         row: dict[str, Any] = {"instructions": counts["instructions"], **{k: counts[k] for k in OP_KINDS}}
-        if path == candidate_file:
-            row.update(line=line, library=None, function=None,
-                       text=lines[line - 1].strip() if 0 < line <= len(lines) else "")
-        elif path == "?":
-            row.update(line=None, library="?", function=None, text="(no line information)")
-        else:
-            local = _local_library_file(path)
-            row.update(line=None, library=f"{_short(path)}:{line}", function=_enclosing_function(local, line),
-                       text=_source_line(local, line, cache))
+        row.update(_location(path, line, path == candidate_file, lines, cache))
         rows.append(row)
     return rows
 
@@ -294,23 +294,15 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
                 out.append({"kernel": name, "error": "no cubin from this run (not a kernel of the candidate)"})
                 continue
             out.append(hotspots(samples, line_table(disassemble(cubin)), source, top))
-    return {"ok": True, "problem": problem, "shape": shape, "kernels": out}
+    return {"ok": True, "kernels": out}
 
 
-def dump_cubins(module: Any, folder: Path) -> list[str]:
+def dump_cubins(module: Any, folder: Path) -> None:
     """Write the cubin of every kernel the module's Triton functions compiled, as <kernel name>.cubin."""
-    from triton.runtime.jit import JITFunction
+    from tools.aot import jit_functions
 
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for value in vars(module).values():
-        fn = value
-        while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
-            fn = fn.fn
-        if not isinstance(fn, JITFunction):
-            continue
+    for fn in jit_functions(module):
         for kernel_cache, *_ in fn.device_caches.values():
             for compiled in kernel_cache.values():
                 (folder / f"{compiled.name}.cubin").write_bytes(compiled.asm["cubin"])
-                written.append(compiled.name)
-    return written
