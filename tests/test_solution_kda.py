@@ -18,10 +18,14 @@ from tests.test_problem_kda import check_float32_kernel, dims, within
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["subblock-prep", "full-tile-prep"])
+@pytest.fixture(scope="module", params=[(0, 0), (1, 0), (1, 1)],
+                ids=["subblock-prep", "full-tile-prep", "full-tile-prep-solve-apart"])
 def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """Both prep kernels (PREP_FULL 0 and 1) must give the same results; the scan is shared."""
-    return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), PREP_FULL=request.param)
+    """Both prep kernels (PREP_FULL 0 and 1), the full-tile one with its solve inside or in a kernel of its own
+    (SOLVE_APART), must give the same results; the scan is shared."""
+    prep_full, solve_apart = request.param
+    return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), PREP_FULL=prep_full,
+                              SOLVE_APART=solve_apart)
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:

@@ -37,7 +37,10 @@ import triton.language as tl
 
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
-NUM_STAGES = 2  # scan kernel: chunks of W, U, Qg, Kd, Aqk prefetched ahead
+# Scan kernel: chunks of W, U, Qg, Kd, Aqk in flight ahead of the one in use (60 KB a chunk at BV = 32). The scan
+# waits on these loads (its hotspots: the W load), and 3 measured 291 -> 216 us at bench on the H200 against 2
+# (BENCHMARKS.md); 4 needs more than sm_90's 227 KB of shared memory.
+NUM_STAGES = 3
 NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M = 16 operands replicate per warp)
 # Register cap for the sub-block prep kernel. Uncapped, ptxas takes 227-233 registers without spills (one
 # CTA of 8 warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured
@@ -52,6 +55,18 @@ MAXNREG_PREP_FULL: int | None = None
 # code for the U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the
 # odd shape; wrong outputs or an illegal address on the H200, right in the interpreter), so entry() refuses.
 PREP_FULL = 1
+# The full-tile prep's solve (the 64x64 inverse, W and U) in a kernel of its own (1) or inside the prep
+# kernel (0). Apart, the prep kernel stores Akk (float32, 16 KB a chunk) and beta k e^G (in W's buffer) and
+# kda_chunk_solve_kernel, with a quarter of the registers, runs several CTAs an SM on the inverse's chain of
+# dependent products, which inside the prep kernel runs at one 8-warp CTA an SM.
+SOLVE_APART = 1
+# Warps of the solve kernel where K and V are both at least 64. Below that (the small and odd check shapes) it
+# runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns on sm_90 (wrong W and U
+# on the H200, right in the interpreter, memcheck clean; `benchmarks/kda_check_small.py --set
+# SOLVE_WARPS_SMALL_N=4`), the fault behind the fused kernel's 4-warp refusal below.
+NUM_WARPS_SOLVE = 4
+SOLVE_WARPS_SMALL_N = 8
+MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 246, two CTAs an SM)
 # Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
 # (about float32 accuracy, three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores).
 INV_PRECISION = "tf32"
@@ -61,7 +76,8 @@ INV_PRODUCT = 1
 SCORES_FP32 = False
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
 TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3], "PREP_FULL": [0, 1],
-              "MAXNREG_PREP": [None, 128]}
+              "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
+              "MAXNREG_SOLVE": [None, 168, 128]}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)
@@ -347,10 +363,10 @@ def _inv_unit_lower_64(akk, i_, j_, INV_PRECISION: tl.constexpr):
 @triton.jit
 def kda_chunk_prep_full_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr, akk_ptr,
     T, H, NT, scale,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr,
-    LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr,
+    LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr, SOLVE_APART: tl.constexpr,
 ):
     """The same outputs as kda_chunk_prep_kernel, computed on whole 64-row tiles (tensor-core sized).
 
@@ -419,16 +435,57 @@ def kda_chunk_prep_full_kernel(
     aqk = tl.where(i_ >= j_, aqk, 0.0)
     tl.store(aqk_ptr + row0 * 64 + (offs_t * H)[:, None] * 64 + offs_t[None, :], aqk.to(dt),
              mask=mask_t[:, None])
-
-    t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(dt)
-
-    w = tl.dot(t_inv, bkg)
-    tl.store(w_ptr + row0 * K + rk, w.to(dt), mask=mk)
-    v = tl.load(v_ptr + row0 * V + rv, mask=mv, other=0.0).to(tl.float32)
-    u = tl.dot(t_inv, (beta[:, None] * v).to(dt))
-    tl.store(u_ptr + row0 * V + rv, u.to(dt), mask=mv)
     decay_off = ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * K
     tl.store(decay_ptr + decay_off + offs_k, tl.exp(g_last), mask=mask_k)
+
+    if SOLVE_APART:
+        # Left to kda_chunk_solve_kernel: Akk in float32 (the inverse's input), beta k e^G in W's place.
+        tl.store(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_, akk)
+        tl.store(w_ptr + row0 * K + rk, bkg, mask=mk)
+    else:
+        t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(dt)
+        _solve_w_u(t_inv, bkg, beta, v_ptr + row0 * V, w_ptr + row0 * K, u_ptr + row0 * V, rk, rv, mk, mv)
+
+
+@triton.jit
+def _solve_w_u(t_inv, bkg, beta, v_c, w_c, u_c, rk, rv, mk, mv):
+    """The UT transform's right-hand sides: W = (I + Akk)^-1 bkg, U = (I + Akk)^-1 Diag(beta) V, stored."""
+    dt = w_c.dtype.element_ty
+    w = tl.dot(t_inv, bkg)
+    tl.store(w_c + rk, w.to(dt), mask=mk)
+    v = tl.load(v_c + rv, mask=mv, other=0.0).to(tl.float32)
+    u = tl.dot(t_inv, (beta[:, None] * v).to(dt))
+    tl.store(u_c + rv, u.to(dt), mask=mv)
+
+
+@triton.jit
+def kda_chunk_solve_kernel(
+    akk_ptr, beta_ptr, v_ptr, w_ptr, u_ptr,
+    T, H, NT,
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr, INV_PRECISION: tl.constexpr,
+):
+    """The full-tile prep's solve on its own (SOLVE_APART = 1): reads Akk and beta k e^G (from W's buffer),
+    writes W over the latter, and U. Few registers, so several CTAs an SM overlap the inverse's chain."""
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    offs_t = tl.arange(0, 64)
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, V_PAD)
+    mask_t = i_t * 64 + offs_t < T
+    mk = mask_t[:, None] & (offs_k < K)[None, :]
+    mv = mask_t[:, None] & (offs_v < V)[None, :]
+    row0 = (i_b.to(tl.int64) * T + i_t * 64) * H + i_h
+    rk = (offs_t * H)[:, None] * K + offs_k[None, :]
+    rv = (offs_t * H)[:, None] * V + offs_v[None, :]
+    i_ = offs_t[:, None]
+    j_ = offs_t[None, :]
+    akk = tl.load(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_)
+    t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(w_ptr.dtype.element_ty)
+    bkg = tl.load(w_ptr + row0 * K + rk, mask=mk, other=0.0)
+    beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
+    _solve_w_u(t_inv, bkg, beta, v_ptr + row0 * V, w_ptr + row0 * K, u_ptr + row0 * V, rk, rv, mk, mv)
 
 
 @triton.jit
@@ -513,19 +570,29 @@ def entry(
     u = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     aqk = torch.empty((B, T, H, CHUNK), dtype=dtype, device=dev)
     decay_last = torch.empty((B, NT, H, K), dtype=torch.float32, device=dev)
-    prep_args = (q, k, v, g_raw, beta, A_log, dt_bias, w, u, qg, kd, aqk, decay_last, T, H, NT, K**-0.5)
+    prep_in = (q, k, v, g_raw, beta, A_log, dt_bias)
+    prep_out = (w, u, qg, kd, aqk, decay_last)
+    sizes = (T, H, NT, K**-0.5)
     if PREP_FULL:
         if NUM_WARPS_PREP < 8:
             raise ValueError(f"the full-tile prep kernel (PREP_FULL = 1) needs NUM_WARPS_PREP >= 8, not "
                              f"{NUM_WARPS_PREP}: at 4 warps Triton 3.6 compiles its U product with an out-of-range "
                              f"shared-memory access (wrong outputs or an illegal address on the H200)")
+        # Akk between the two kernels: [B, NT, H, 64, 64] float32, one contiguous 16 KB tile a chunk and head.
+        akk = torch.empty((B, NT, H, CHUNK, CHUNK), dtype=torch.float32, device=dev) if SOLVE_APART else w
         kda_chunk_prep_full_kernel[(NT, B * H)](
-            *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
-            INV_PRECISION=INV_PRECISION, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
+            *prep_in, *prep_out, akk, *sizes, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND,
+            EPS=L2NORM_EPS, INV_PRECISION=INV_PRECISION, SOLVE_APART=bool(SOLVE_APART),
+            num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
         )
+        if SOLVE_APART:
+            kda_chunk_solve_kernel[(NT, B * H)](
+                akk, beta, v, w, u, T, H, NT, K=K, V=V, BK=bk, V_PAD=v_pad, INV_PRECISION=INV_PRECISION,
+                num_warps=NUM_WARPS_SOLVE if min(bk, v_pad) >= 64 else SOLVE_WARPS_SMALL_N, maxnreg=MAXNREG_SOLVE,
+            )
     else:
         kda_chunk_prep_kernel[(NT, B * H)](
-            *prep_args, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
+            *prep_in, *prep_out, *sizes, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND, EPS=L2NORM_EPS,
             SCORES_FP32=SCORES_FP32, INV_PRODUCT=INV_PRODUCT, num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP,
         )
 
