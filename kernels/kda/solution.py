@@ -1,4 +1,4 @@
-"""Chunked KDA forward in two Triton kernels: a chunk-parallel prep kernel and a sequential state scan.
+"""Chunked KDA forward in Triton: chunk-parallel prep (one or two kernels) and a sequential state scan.
 
 1. `kda_chunk_prep_kernel`, one program per (chunk of 64 tokens, batch * head), all independent. In four
    sub-blocks of 16 rows: gate, L2 norms, the cumulative gate G, the decayed scores Akk / Aqk, and the
@@ -8,10 +8,13 @@
    `kda_chunk_prep_full_kernel` (PREP_FULL = 1, the default) computes the same on whole 64-row tiles: the
    scores as four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
    (nilpotent products for the diagonal blocks, then one block-lower correction); 7% faster on the H200.
+   With SOLVE_APART = 1 (the default) the inverse and the W, U products run in `kda_chunk_solve_kernel`,
+   which reads Akk (float32) and beta k e^G back from memory: it needs a quarter of the prep kernel's
+   registers a CTA, so two of its CTAs share an SM where the prep kernel runs one.
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
-   pipeliner prefetches them.
+   pipeliner prefetches them (NUM_STAGES - 1 chunks ahead).
 
 Re-centring: exp(G_i - G_j) is split as exp(G_i - c) exp(c - G_j) with c the cumulative gate at the first
 row of i's sub-block of 16, so no factor passes e^75 even with every gate at its -5 bound (a centre at
@@ -19,14 +22,13 @@ the chunk start needs e^315). The column factors k_j e^(c - G_j) of earlier sub-
 one centre to the next (times e^(c_I - c_{I-1}) <= 1) and end as Kd; no exponent is ever positive
 outside a diagonal block, and no centre lies after the row it serves.
 
-The split puts everything that parallelises over chunks in the prep kernel (nearly all exponentials, the
+The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench): prep 935 us, scan 286 us. Of the full-tile prep, the inverse's ten tf32 products take about 245 us and
-each score centre about 70 us (timed by removing them); the rest is loads, norms, the cumulative gate,
-exponentials and stores, at one 8-warp CTA an SM (255 registers), against a 142 us floor for its 570 MB of
-traffic (`marathon hotspots`: cross-warp reductions 21% of the stall samples, the score products 19%, the
-inverse 22%). The scan waits mostly on its loads: the four value-block programs of a head each read the
-key-side tiles, 983 MB in 286 us out of L2.
+bench, per kernel): prep 670 us, solve 198 us, scan 212 us (in one kernel the prep and solve took 947 us,
+and the scan 291 us with two stages). The prep kernel, at one 8-warp CTA an SM (255 registers), is
+latency-bound: `marathon hotspots` puts 24% of its stall samples on cross-warp reductions (shared-memory
+queue), 20% on the four centre products, 9% on their column factors. The scan waits on its loads and its
+products' barriers; the four value-block programs of a head each read the key-side tiles out of L2.
 """
 
 from __future__ import annotations
@@ -51,14 +53,16 @@ MAXNREG_PREP: int | None = 128
 MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
 # 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 (935 since) against 1016 us for
-# the prep kernel alone, 1250 against 1318 us in all. The full-tile kernel needs 8 warps: at 4, Triton 3.6's
-# code for the U product (t_inv @ beta v) reads shared memory out of range (compute-sanitizer memcheck at the
-# odd shape; wrong outputs or an illegal address on the H200, right in the interpreter), so entry() refuses.
+# the prep kernel alone, 1250 against 1318 us in all. With its solve inside (SOLVE_APART = 0) the full-tile
+# kernel needs 8 warps: at 4, Triton 3.6's code for the U product (t_inv @ beta v) reads shared memory out of
+# range (compute-sanitizer memcheck at the odd shape; wrong outputs or an illegal address on the H200, right in
+# the interpreter), so entry() refuses.
 PREP_FULL = 1
 # The full-tile prep's solve (the 64x64 inverse, W and U) in a kernel of its own (1) or inside the prep
 # kernel (0). Apart, the prep kernel stores Akk (float32, 16 KB a chunk) and beta k e^G (in W's buffer) and
-# kda_chunk_solve_kernel, with a quarter of the registers, runs several CTAs an SM on the inverse's chain of
-# dependent products, which inside the prep kernel runs at one 8-warp CTA an SM.
+# kda_chunk_solve_kernel (246 registers at 4 warps: two CTAs an SM) overlaps the inverse's chain of dependent
+# products, which inside the prep kernel runs at one 8-warp CTA an SM. Measured at bench on the H200: prep and
+# solve 947 -> 670 + 198 us; the solve at 8 warps (one CTA an SM) 350 us, capped at 168 registers 195 us.
 SOLVE_APART = 1
 # Warps of the solve kernel where K and V are both at least 64. Below that (the small and odd check shapes) it
 # runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns on sm_90 (wrong W and U
@@ -574,10 +578,11 @@ def entry(
     prep_out = (w, u, qg, kd, aqk, decay_last)
     sizes = (T, H, NT, K**-0.5)
     if PREP_FULL:
-        if NUM_WARPS_PREP < 8:
-            raise ValueError(f"the full-tile prep kernel (PREP_FULL = 1) needs NUM_WARPS_PREP >= 8, not "
-                             f"{NUM_WARPS_PREP}: at 4 warps Triton 3.6 compiles its U product with an out-of-range "
-                             f"shared-memory access (wrong outputs or an illegal address on the H200)")
+        if NUM_WARPS_PREP < 8 and not SOLVE_APART:
+            raise ValueError(f"the full-tile prep kernel with its solve inside (PREP_FULL = 1, SOLVE_APART = 0) needs "
+                             f"NUM_WARPS_PREP >= 8, not {NUM_WARPS_PREP}: at 4 warps Triton 3.6 compiles its U product "
+                             f"with an out-of-range shared-memory access (wrong outputs or an illegal address on the "
+                             f"H200)")
         # Akk between the two kernels: [B, NT, H, 64, 64] float32, one contiguous 16 KB tile a chunk and head.
         akk = torch.empty((B, NT, H, CHUNK, CHUNK), dtype=torch.float32, device=dev) if SOLVE_APART else w
         kda_chunk_prep_full_kernel[(NT, B * H)](
