@@ -71,9 +71,12 @@ SOLVE_APART = 1
 NUM_WARPS_SOLVE = 4
 SOLVE_WARPS_SMALL_N = 8
 MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 246, two CTAs an SM)
-# Precision of the full-tile inverse's float32 matmuls on the GPU: "tf32" (one tensor-core pass), "tf32x3"
-# (about float32 accuracy, three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores).
-INV_PRECISION = "tf32"
+# Precision of the full-tile inverse's ten matmuls: "input" (operands rounded to the input dtype, bf16 on the GPU,
+# float32 accumulation), or float32 operands at "tf32" (one tensor-core pass), "tf32x3" (about float32 accuracy,
+# three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores). The inverse is rounded to the
+# input dtype for the W and U products anyway: on the H200 "input" gives the same rel_err as "tf32" (o 3.6-4.1e-3
+# at small, odd, mid and bench over two seeds) and the solve kernel 198 -> 126 us at bench (186 registers).
+INV_PRECISION = "input"
 # 16x16 inverses as a product of six float32 matmuls (1) or by row-by-row substitution (0).
 INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
@@ -347,21 +350,32 @@ def _centre_scores(krf, qrf, k, G, c, offs_t, akk, aqk, lo: tl.constexpr, dt: tl
 
 
 @triton.jit
-def _inv_unit_lower_64(akk, i_, j_, INV_PRECISION: tl.constexpr):
+def _mm(a, b, INV_PRECISION: tl.constexpr, DT: tl.constexpr):
+    """One product of the inverse's chain: float32 operands at INV_PRECISION, or ("input") operands rounded to DT,
+    the input dtype (bf16 on the GPU: twice tf32's tensor rate and half its operand registers)."""
+    if INV_PRECISION == "input":  # an else, not an early return: Triton compiles the code after a constexpr if
+        c = tl.dot(a.to(DT), b.to(DT))
+    else:
+        c = tl.dot(a, b, input_precision=INV_PRECISION)
+    return c
+
+
+@triton.jit
+def _inv_unit_lower_64(akk, i_, j_, INV_PRECISION: tl.constexpr, DT: tl.constexpr):
     """(I + Akk)^-1 for strictly lower Akk [64, 64] in ten matmuls: the 16x16 diagonal blocks D as
     (I - D)(I + D^2)(I + D^4)(I + D^8) (nilpotent), then I + Akk = (I + D)(I + N) with N = (I + D)^-1 L
     strictly block-lower, N^4 = 0, so (I + Akk)^-1 = (I - N)(I + N^2)(I + D)^-1."""
     eye = (i_ == j_).to(tl.float32)
     diag = tl.where(i_ // 16 == j_ // 16, akk, 0.0)
-    d2 = tl.dot(diag, diag, input_precision=INV_PRECISION)
-    d4 = tl.dot(d2, d2, input_precision=INV_PRECISION)
-    d8 = tl.dot(d4, d4, input_precision=INV_PRECISION)
-    d_inv = tl.dot(eye - diag, eye + d2, input_precision=INV_PRECISION)
-    d_inv = tl.dot(d_inv, eye + d4, input_precision=INV_PRECISION)
-    d_inv = tl.dot(d_inv, eye + d8, input_precision=INV_PRECISION)
-    n = tl.dot(d_inv, akk - diag, input_precision=INV_PRECISION)
-    n2 = tl.dot(n, n, input_precision=INV_PRECISION)
-    return tl.dot(tl.dot(eye - n, eye + n2, input_precision=INV_PRECISION), d_inv, input_precision=INV_PRECISION)
+    d2 = _mm(diag, diag, INV_PRECISION, DT)
+    d4 = _mm(d2, d2, INV_PRECISION, DT)
+    d8 = _mm(d4, d4, INV_PRECISION, DT)
+    d_inv = _mm(eye - diag, eye + d2, INV_PRECISION, DT)
+    d_inv = _mm(d_inv, eye + d4, INV_PRECISION, DT)
+    d_inv = _mm(d_inv, eye + d8, INV_PRECISION, DT)
+    n = _mm(d_inv, akk - diag, INV_PRECISION, DT)
+    n2 = _mm(n, n, INV_PRECISION, DT)
+    return _mm(_mm(eye - n, eye + n2, INV_PRECISION, DT), d_inv, INV_PRECISION, DT)
 
 
 @triton.jit
@@ -447,7 +461,7 @@ def kda_chunk_prep_full_kernel(
         tl.store(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_, akk)
         tl.store(w_ptr + row0 * K + rk, bkg, mask=mk)
     else:
-        t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(dt)
+        t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION, dt).to(dt)
         _solve_w_u(t_inv, bkg, beta, v_ptr + row0 * V, w_ptr + row0 * K, u_ptr + row0 * V, rk, rv, mk, mv)
 
 
@@ -486,7 +500,8 @@ def kda_chunk_solve_kernel(
     i_ = offs_t[:, None]
     j_ = offs_t[None, :]
     akk = tl.load(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_)
-    t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION).to(w_ptr.dtype.element_ty)
+    dt = w_ptr.dtype.element_ty
+    t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION, dt).to(dt)
     bkg = tl.load(w_ptr + row0 * K + rk, mask=mk, other=0.0)
     beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
     _solve_w_u(t_inv, bkg, beta, v_ptr + row0 * V, w_ptr + row0 * K, u_ptr + row0 * V, rk, rv, mk, mv)
