@@ -24,7 +24,7 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench, per kernel): prep 670 us, solve 198 us, scan 212 us (in one kernel the prep and solve took 947 us,
+bench, per kernel): prep 668 us, solve 126 us, scan 211 us (in one kernel the prep and solve took 947 us,
 and the scan 291 us with two stages). The prep kernel, at one 8-warp CTA an SM (255 registers), is
 latency-bound: `marathon hotspots` puts 24% of its stall samples on cross-warp reductions (shared-memory
 queue), 20% on the four centre products, 9% on their column factors. The scan waits on its loads and its
@@ -60,9 +60,10 @@ MAXNREG_PREP_FULL: int | None = None
 PREP_FULL = 1
 # The full-tile prep's solve (the 64x64 inverse, W and U) in a kernel of its own (1) or inside the prep
 # kernel (0). Apart, the prep kernel stores Akk (float32, 16 KB a chunk) and beta k e^G (in W's buffer) and
-# kda_chunk_solve_kernel (246 registers at 4 warps: two CTAs an SM) overlaps the inverse's chain of dependent
-# products, which inside the prep kernel runs at one 8-warp CTA an SM. Measured at bench on the H200: prep and
-# solve 947 -> 670 + 198 us; the solve at 8 warps (one CTA an SM) 350 us, capped at 168 registers 195 us.
+# kda_chunk_solve_kernel (246 registers at 4 warps with a tf32 inverse: two CTAs an SM) overlaps the inverse's
+# chain of dependent products, which inside the prep kernel runs at one 8-warp CTA an SM. Measured at bench on
+# the H200: prep and solve 947 -> 670 + 198 us (tf32 inverse); the solve at 8 warps (one CTA an SM) 350 us,
+# capped at 168 registers 195 us.
 SOLVE_APART = 1
 # Warps of the solve kernel where K and V are both at least 64. Below that (the small and odd check shapes) it
 # runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns on sm_90 (wrong W and U
@@ -70,7 +71,7 @@ SOLVE_APART = 1
 # SOLVE_WARPS_SMALL_N=4`), the fault behind the fused kernel's 4-warp refusal below.
 NUM_WARPS_SOLVE = 4
 SOLVE_WARPS_SMALL_N = 8
-MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 246, two CTAs an SM)
+MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 186 with the bf16 inverse)
 # Precision of the full-tile inverse's ten matmuls: "input" (operands rounded to the input dtype, bf16 on the GPU,
 # float32 accumulation), or float32 operands at "tf32" (one tensor-core pass), "tf32x3" (about float32 accuracy,
 # three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores). The inverse is rounded to the
