@@ -85,6 +85,47 @@ def test_compile_error_points_at_the_kernel_line(tmp_path: Path) -> None:
     assert all("site-packages" not in e["message"] for e in r["errors"])
 
 
+def test_error_inside_a_jit_helper_names_the_fault_and_the_calls(tmp_path: Path) -> None:
+    """Triton raises one CompilationError a call level; the report must carry the innermost one's reason and
+    line (here a rank-1 tl.dot two helpers down), then the lines of the calls that led there."""
+    helpers = ("@triton.jit\ndef _bad_dot(x):\n    return tl.dot(x, x)\n\n\n"
+               "@triton.jit\ndef _exp_plus(x):\n    return tl.exp(x) + _bad_dot(x)\n\n\n")
+    src = SOFTMAX.replace("@triton.jit\ndef softmax_row_kernel", helpers + "@triton.jit\ndef softmax_row_kernel")
+    src = src.replace("    e = tl.exp(x)\n", "    e = _exp_plus(x)\n")
+    r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)
+    assert not r["ok"] and r["error_class"] == "compile_error"
+    lines = src.splitlines()
+
+    def line_of(text: str) -> int:
+        return next(i for i, t in enumerate(lines, 1) if text in t)
+
+    (err,) = r["errors"]
+    assert err["line"] == line_of("return tl.dot(x, x)") and "rank" in err["message"]
+    assert err["message"].endswith(f"called from line {line_of('+ _bad_dot(x)')}, line {line_of('e = _exp_plus(x)')}")
+
+
+def test_compilation_chain_is_resolved_from_the_file_without_the_module(tmp_path: Path) -> None:
+    """At a launch inside the worker only the file is at hand: each level's function is found by its text."""
+    from tools.candidate import describe_exception
+
+    class CompilationError(Exception):  # the shape of Triton's: a node with a lineno, the function's source
+        def __init__(self, src: str, lineno: int, message: str) -> None:
+            super().__init__(message)
+            self.src, self.node = src, type("Node", (), {"lineno": lineno})()
+
+    helper = "def helper(x):\n    y = x + 1\n    return tl.dot(y, y)\n"
+    kernel = "def kernel(p):\n    x = tl.load(p)\n    z = helper(x)\n"
+    path = tmp_path / "cand.py"
+    path.write_text("import triton\n\n\n@triton.jit\n" + helper + "\n\n@triton.jit\n" + kernel)
+    inner = CompilationError(helper, 3, "at 3:11: rank mismatch")
+    outer = CompilationError(kernel, 3, "at 3:8:")
+    outer.__cause__ = inner
+    d = describe_exception(outer, path)
+    lines = path.read_text().splitlines()
+    dot, call = (lines.index(t) + 1 for t in ("    return tl.dot(y, y)", "    z = helper(x)"))
+    assert d["line"] == dot and "rank mismatch" in d["message"] and d["message"].endswith(f"called from line {call}")
+
+
 def test_type_error_in_tl_dot_is_reported(tmp_path: Path) -> None:
     src = SOFTMAX.replace("    e = tl.exp(x)\n", "    e = tl.exp(x)\n    bad = tl.dot(x, x)\n")
     r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)

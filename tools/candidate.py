@@ -70,13 +70,17 @@ def candidate_line(exc: BaseException, candidate_file: str | Path) -> int | None
     return line
 
 
-def jit_error_line(exc: BaseException, module: types.ModuleType | None) -> int | None:
-    """The file line of a Triton CompilationError, whose own position is relative to the kernel's `def`."""
+def jit_error_line(exc: BaseException, module: types.ModuleType | None,
+                   candidate_file: str | Path | None = None) -> int | None:
+    """The file line of a Triton CompilationError, whose own position is relative to its function's `def`.
+
+    The function is found among the module's @triton.jit functions or, without a module (an error raised at a
+    launch inside the worker), by its source text in the candidate file."""
     node, src = getattr(exc, "node", None), getattr(exc, "src", None)
     lineno = getattr(node, "lineno", None)
-    if module is None or lineno is None or not isinstance(src, str):
+    if lineno is None or not isinstance(src, str):
         return None
-    for value in vars(module).values():
+    for value in vars(module).values() if module is not None else ():
         fn = value
         while fn is not None and not hasattr(fn, "starting_line_number") and hasattr(fn, "fn"):
             fn = fn.fn
@@ -84,14 +88,45 @@ def jit_error_line(exc: BaseException, module: types.ModuleType | None) -> int |
             raw = "".join(getattr(fn, "raw_src", []))
             decorator_lines = raw[: raw.find("def ")].count("\n") if "def " in raw else 0
             return int(fn.starting_line_number) + decorator_lines + int(lineno) - 1
+    if candidate_file is not None and src:
+        try:
+            text = Path(candidate_file).read_text(encoding="utf-8")
+        except OSError:
+            return None
+        at = text.find(src)
+        if at >= 0 and text.find(src, at + 1) < 0:
+            return text.count("\n", 0, at) + int(lineno)
     return None
+
+
+def compilation_chain(exc: BaseException) -> list[BaseException]:
+    """A Triton CompilationError and those it was raised from, outermost first.
+
+    A fault inside a @triton.jit helper surfaces as one CompilationError a call level, each pointing at its
+    call site; only the innermost says what is wrong."""
+    chain = [exc]
+    while True:
+        cause = chain[-1].__cause__
+        if cause is None or cause in chain or type(cause).__name__ != "CompilationError":
+            return chain
+        chain.append(cause)
 
 
 def describe_exception(exc: BaseException, candidate_file: str | Path, limit: int = 4000,
                        module: types.ModuleType | None = None) -> dict[str, Any]:
-    """A structured error: class, message and the candidate's line, no traceback of our internals."""
-    message = f"{type(exc).__name__}: {exc}".strip()
+    """A structured error: class, message and the candidate's line, no traceback of our internals.
+
+    For a compilation error raised through helpers, the message and line are the innermost one's (the
+    fault), followed by the lines of the calls that led there."""
+    chain = compilation_chain(exc)
+    inner = chain[-1]
+    message = f"{type(inner).__name__}: {inner}".strip()
+    line = jit_error_line(inner, module, candidate_file)
+    if len(chain) > 1:
+        callers = [jit_error_line(e, module, candidate_file) for e in reversed(chain[:-1])]
+        message += "\ncalled from " + ", ".join(f"line {n}" if n else "a kernel" for n in callers)
+        line = line or next((n for n in callers if n), None)
     if len(message) > limit:
         message = message[:limit] + f"... [{len(message) - limit} more characters]"
-    line = jit_error_line(exc, module) or candidate_line(exc, candidate_file)
-    return {"type": type(exc).__name__, "message": message, "line": line}
+    line = line or candidate_line(exc, candidate_file)
+    return {"type": type(inner).__name__, "message": message, "line": line}
