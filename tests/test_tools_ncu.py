@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tools import ncu
@@ -53,3 +55,42 @@ def test_profile_text_breaks_ncu_time_down_by_kernel() -> None:
     main, combine = text.index("k_main: 11.00 us x 1 a call"), text.index("k_combine: 2.10 us x 1 a call")
     assert main < combine  # the costliest kernel first
     assert "40 regs" in text
+
+
+def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(tmp_path: Path) -> None:
+    """run_target's contract with tools.ncu's child, which both the metrics and the hotspots rely on: a
+    stand-in ncu records what it was asked to run."""
+    import json
+    import os
+    import stat
+    import sys
+
+    from tools.environment import project_root
+
+    record = tmp_path / "record.json"
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': dict(os.environ)}}, "
+                    f"open({str(record)!r}, 'w'))\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    work = tmp_path / "work"
+    work.mkdir()
+    os.environ["MARATHON_TEST_SECRET"] = "x"  # the child's environment is scrubbed, not inherited
+    try:
+        proc = ncu.run_target(str(fake), work, ["--section", "SourceCounters"], 60.0, "softmax", "bench",
+                              "# the candidate\n", "cand.py", env={"TRITON_CACHE_DIR": str(work / "tc")}, calls=1)
+    finally:
+        del os.environ["MARATHON_TEST_SECRET"]
+    assert proc.returncode == 0
+    seen = json.loads(record.read_text())
+    argv = seen["argv"]
+    assert argv[:4] == ["--clock-control", "none", "--section", "SourceCounters"]
+    assert argv[argv.index("--nvtx-include") + 1] == "profiled/"
+    assert argv[-4:-1] == [sys.executable, "-m", "tools.ncu"]
+    target = json.loads(Path(argv[-1]).read_text())
+    assert target == {"problem": "softmax", "shape": "bench", "candidate": str(work / "cand.py"), "calls": 1}
+    assert (work / "cand.py").read_text() == "# the candidate\n"
+    assert seen["cwd"] == str(work)
+    assert seen["env"]["PYTHONPATH"] == str(project_root())
+    assert seen["env"]["TRITON_CACHE_DIR"] == str(work / "tc")
+    assert "MARATHON_TEST_SECRET" not in seen["env"]

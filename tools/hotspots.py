@@ -21,18 +21,14 @@ import ast
 import csv
 import functools
 import io
-import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tools.environment import project_root, scrubbed_env
 
 CANDIDATE_NAME = "candidate.py"
 SAMPLES_COLUMN = "Warp Stall Sampling (All Samples)"
@@ -248,28 +244,21 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
                  save_dir: Path | None = None) -> dict[str, Any]:
     """Run entry() once under ncu with source-level sampling and return each kernel's hotspots. With
     `save_dir`, ncu's report, its source page and the cubins are kept there to be read again offline."""
-    from tools.ncu import find_ncu
+    from tools.ncu import find_ncu, run_target
 
     ncu = find_ncu()
     if ncu is None:
         return {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
     with tempfile.TemporaryDirectory(prefix="marathon-hotspots-") as tmp:
         work = Path(tmp)
-        cand = work / CANDIDATE_NAME
-        cand.write_text(source)
         cubins = work / "cubins"
-        target = work / "target.json"
-        target.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand), "calls": 1,
-                                      "cubin_dir": str(cubins)}))
-        # A fresh Triton cache: a cached cubin built from another file with the same kernel source would
-        # carry that file's name in its line table, and its lines would not read as the candidate's.
-        env = scrubbed_env({"PYTHONPATH": str(project_root()), "TRITON_CACHE_DIR": str(work / "triton-cache")})
         report = work / "report"
-        cmd = [ncu, "--clock-control", "none", "--section", "SourceCounters", "--section", "WarpStateStats",
-               "--nvtx", "--nvtx-include", "profiled/", "-f", "-o", str(report),
-               sys.executable, "-m", "tools.ncu", str(target)]
         try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+            # A fresh Triton cache: a cached cubin built from another file with the same kernel source would
+            # carry that file's name in its line table, and its lines would not read as the candidate's.
+            run = run_target(ncu, work, ["--section", "SourceCounters", "--section", "WarpStateStats", "-f", "-o",
+                                         str(report)], timeout, problem, shape, source, CANDIDATE_NAME,
+                             env={"TRITON_CACHE_DIR": str(work / "triton-cache")}, calls=1, cubin_dir=str(cubins))
             if run.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
                 return {"ok": False, "error": f"ncu exited with {run.returncode}: "
                                               f"{(run.stderr or run.stdout)[-1500:]}"}

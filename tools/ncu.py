@@ -36,21 +36,30 @@ def find_ncu() -> str | None:
     return str(hits[-1]) if hits else None
 
 
+def run_target(ncu: str, work: Path, ncu_args: list[str], timeout: float, problem: str, shape: str, source: str,
+               candidate_name: str = "candidate.py", env: dict[str, str] | None = None,
+               **target: Any) -> subprocess.CompletedProcess[str]:
+    """Run the candidate's entry() under ncu in a child process, in `work`: only the calls inside the NVTX range
+    "profiled" are measured (`_target` below), the clocks left as the machine has them. `target` adds to the
+    child's instructions ("calls", "cubin_dir"); `env` to its scrubbed environment. Raises TimeoutExpired."""
+    cand = work / candidate_name
+    cand.write_text(source)
+    spec = work / "target.json"
+    spec.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand), **target}))
+    cmd = [ncu, "--clock-control", "none", *ncu_args, "--nvtx", "--nvtx-include", "profiled/",
+           sys.executable, "-m", "tools.ncu", str(spec)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
+                          env=scrubbed_env({"PYTHONPATH": str(project_root()), **(env or {})}))
+
+
 def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float = 300.0) -> dict[str, Any]:
     ncu = find_ncu()
     if ncu is None:
         return {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
     with tempfile.TemporaryDirectory(prefix="marathon-ncu-") as tmp:
-        cand = Path(tmp) / "candidate.py"
-        cand.write_text(source)
-        target = Path(tmp) / "target.json"
-        target.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand)}))
-        env = scrubbed_env({"PYTHONPATH": str(project_root())})
-        cmd = [ncu, "--clock-control", "none", "--csv", "--metrics", ",".join(METRICS),
-               "--nvtx", "--nvtx-include", "profiled/",
-               sys.executable, "-m", "tools.ncu", str(target)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+            proc = run_target(ncu, Path(tmp), ["--csv", "--metrics", ",".join(METRICS)], timeout, problem, shape,
+                              source)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"ncu took longer than {timeout:.0f} s"}
     summary = summarize_csv(proc.stdout)
