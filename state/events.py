@@ -104,7 +104,7 @@ OUTCOME_BY_ERROR_CLASS: dict[str | None, str] = {
     "wrong_output": "incorrect", "input_mutated": "incorrect", "rejected": "rejected",
     "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
     "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
-    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error",
+    "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error", "needs_gpu": "error",
 }
 """The attempt outcome for each error class the tools report (None: no error). Unknown classes are
 "error". Kept here, with the event schema, so the server that writes attempts and a client that reads

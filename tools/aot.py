@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.candidate import describe_exception, load_candidate
+from tools.capture import gluon_jit_class
 
 TARGET_ARCH = 90
 # The most shared memory one block may use on sm_90 (227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin);
@@ -93,7 +94,13 @@ def compile_launch(module: Any, record: dict[str, Any], want_asm: bool, lines_fr
     kwargs["debug"] = False
     bound_args, specialization, _ = binder(**args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, kwargs)
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+    source_class = ASTSource
+    gluon_class = gluon_jit_class()
+    if gluon_class is not None and isinstance(fn, gluon_class):
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source_class = GluonASTSource
+    compiled = triton.compile(source_class(fn, signature, constexprs, attrs), target=target,
                               options=options.__dict__)
     report = _resources(compiled.asm["cubin"], want_asm)
     meta = compiled.metadata

@@ -78,16 +78,33 @@ def capture_launches(candidate_path: Path, problem_name: str, shape: str) -> dic
             seen.add(key)
             launches.append(record)
 
+    # Gluon kernels are not interpreted (TRITON_INTERPRET leaves @gluon.jit a compiled function, whose launch
+    # needs a driver): their launches are recorded the same way, through the same signature.
+    gluon_class = gluon_jit_class()
+    original_gluon_run = gluon_class.run if gluon_class is not None else None
     interpreter.InterpretedFunction.run = recording_run
+    if gluon_class is not None:
+        gluon_class.run = recording_run
     try:
         module = load_candidate(candidate_path)
         inputs = problem.inputs(shape, seed=0, device="cpu", dtype=problem.gpu_dtype)
         module.entry(*inputs)
     finally:
         interpreter.InterpretedFunction.run = original_run
+        if gluon_class is not None:
+            gluon_class.run = original_gluon_run
     if not launches:
         raise CandidateError("entry() launched no Triton kernel", error_class="no_kernel")
     return {"launches": launches}
+
+
+def gluon_jit_class() -> Any:
+    """The class of @gluon.jit functions, or None where this Triton has no Gluon (an experimental API)."""
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:
+        return None
+    return GluonJITFunction
 
 
 def _describe_grid(grid: Any, bound: dict[str, Any]) -> list[int] | None:

@@ -35,8 +35,9 @@ def _triton_version() -> str:
         return "unknown"
 
 
-# Bumped whenever what a report contains changes, so that no cached report of an older form is served.
-REPORT_VERSION = 5
+# Bumped whenever what a report contains, or what the guard refuses, changes, so that no cached report of an
+# older form is served (6: Gluon kernels are compiled, not refused; errors in jit helpers name their cause).
+REPORT_VERSION = 6
 
 
 def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool, want_lines: bool = False) -> str:

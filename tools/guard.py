@@ -87,9 +87,11 @@ class GuardRejection(Exception):
 
 
 def _is_triton_jit(decorator: ast.expr) -> bool:
+    """@triton.jit (and its autotune/heuristics wrappers) or Gluon's @gluon.jit: code compiled by Triton."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     text = ast.unparse(target)
-    return text.endswith(("jit", "autotune", "heuristics")) and ("triton" in text or text in {"jit"})
+    return text.endswith(("jit", "autotune", "heuristics")) and ("triton" in text or "gluon" in text
+                                                                 or text in {"jit"})
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -108,6 +110,8 @@ class _StaticChecker(ast.NodeVisitor):
         self.violations: list[Violation] = []
         self.torch_aliases: set[str] = {"torch"}
         self.functional_aliases: set[str] = set()
+        # Names bound to Triton's modules (tl, gl for Gluon's language, ...): their calls are not torch compute.
+        self.triton_aliases: set[str] = {"tl", "triton", "math", "libdevice"}
         self.in_kernel = 0
 
     def _refuse(self, message: str, node: ast.AST) -> None:
@@ -128,6 +132,8 @@ class _StaticChecker(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._check_module(alias.name, node)
+            if alias.name.split(".")[0] == "triton":
+                self.triton_aliases.add(alias.asname or alias.name.split(".")[0])
             if alias.name == "torch":
                 self.torch_aliases.add(alias.asname or "torch")
             if alias.name == "torch.nn.functional" and alias.asname:
@@ -141,6 +147,8 @@ class _StaticChecker(ast.NodeVisitor):
         self._check_module(module, node)
         for alias in node.names:
             full = f"{module}.{alias.name}"
+            if module.split(".")[0] == "triton":
+                self.triton_aliases.add(alias.asname or alias.name)
             self._check_module(full, node) if module in {"torch", "torch.nn"} else None
             if full == "torch.nn.functional":
                 self.functional_aliases.add(alias.asname or alias.name)
@@ -178,7 +186,7 @@ class _StaticChecker(ast.NodeVisitor):
             elif head in self.functional_aliases:
                 self._refuse(f"'{dotted}()' is torch compute: write it in Triton", node)
             elif isinstance(node.func, ast.Attribute) and node.func.attr in TENSOR_COMPUTE_METHODS \
-                    and head not in {"tl", "triton", "math", "libdevice"}:
+                    and head not in self.triton_aliases:
                 self._refuse(f"'.{node.func.attr}()' runs torch compute: write it in Triton", node)
         self.generic_visit(node)
 

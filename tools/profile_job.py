@@ -13,6 +13,7 @@ from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import guard, telemetry
 from tools.candidate import describe_exception, load_candidate, write_candidate
+from tools.capture import gluon_jit_class
 from tools.checks import CandidateRaised, check_candidate
 from tools.timing import GRAPH_BELOW_US
 
@@ -23,6 +24,14 @@ TRIALS_PER_CHECK_SHAPE = 2
 def _fail(error_class: str, error: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
     return {"ok": False, "correct": False, "error_class": error_class, "error": error, "error_line": line,
             "max_rel_err": None, "timing": None, "speedup": None, **extra}
+
+
+def gluon_kernels(module: Any) -> list[str]:
+    """The names of the module's @gluon.jit kernels (none where this Triton has no Gluon)."""
+    gluon_class = gluon_jit_class()
+    if gluon_class is None:
+        return []
+    return [value.__name__ for value in vars(module).values() if isinstance(value, gluon_class)]
 
 
 def _check_plan(worker: Any, problem: Problem, shape: str) -> list[tuple[str, int]]:
@@ -75,6 +84,11 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         return {**base, **_fail(cls, d["message"], d["line"])}
 
     entry = module.entry
+    gluon = gluon_kernels(module)
+    if gluon and not worker.cuda:
+        return {**base, **_fail("needs_gpu", f"Gluon kernels ({', '.join(gluon)}) run only on a GPU: the Triton "
+                                "interpreter that checks candidates on this machine cannot execute them. `compile` "
+                                "reports their sm_90 resources here; check and time them where a GPU is present.")}
 
     plan = _check_plan(worker, problem, shape)
     try:

@@ -1,0 +1,61 @@
+"""Candidates written in Gluon (triton.experimental.gluon: explicit layouts, the way to warp specialisation
+and TMA pipelines on Hopper): the guard reads them as Triton, `compile` records their launches and builds
+them for sm_90 without a GPU, and a profile on a machine without one says plainly that it needs one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import starter_path
+from tools import guard
+from tools.compiler import compile_candidate
+from tools.pool import WorkerPool
+
+GLUON_SOFTMAX = (Path(__file__).parent / "fixtures" / "gluon_softmax.py").read_text()
+
+
+def test_the_guard_reads_a_gluon_kernel_as_triton() -> None:
+    assert guard.static_check(GLUON_SOFTMAX) == []
+    host_compute = GLUON_SOFTMAX.replace("    return out\n", "    return out.exp()\n")
+    (violation,) = guard.static_check(host_compute)
+    assert "torch compute" in violation.message
+
+
+def test_compile_builds_a_gluon_kernel_for_hopper(tmp_path: Path) -> None:
+    r = compile_candidate("softmax", GLUON_SOFTMAX, "bench", want_lines=True, cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    (k,) = r["kernels"]
+    assert k["name"] == "softmax_row_kernel" and k["num_warps"] == 4 and 0 < k["registers"] <= 255
+    assert k["constexprs"]["WARPS"] == 4 and k["sass_instructions"] > 10
+    exp = next(row for row in k["lines"] if row["text"] == "e = gl.exp(x)")
+    assert exp["mufu"] >= 1 and exp["line"] == 1 + GLUON_SOFTMAX.splitlines().index("    e = gl.exp(x)")
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory):
+    with WorkerPool(root=tmp_path_factory.mktemp("workers")) as p:
+        p.warm()
+        yield p
+
+
+def test_a_cpu_profile_of_a_gluon_kernel_says_it_needs_a_gpu(pool: WorkerPool) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the kernel runs")
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": GLUON_SOFTMAX,
+                  "timing": False}, timeout=120.0)
+    assert r["ok"] is False and r["error_class"] == "needs_gpu"
+    assert "softmax_row_kernel" in r["error"] and "GPU" in r["error"]
+    after = pool.run({"op": "profile", "problem": "softmax", "shape": "small",
+                      "source": starter_path("softmax").read_text(), "timing": False}, timeout=120.0)
+    assert after["correct"] is True  # the worker goes on
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gluon_kernel_is_checked_and_timed_on_the_gpu(pool: WorkerPool) -> None:
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "bench", "source": GLUON_SOFTMAX}, timeout=300.0)
+    assert r["correct"], r.get("error")
+    assert r["timing"]["median_us"] > 0
