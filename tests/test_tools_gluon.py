@@ -1,6 +1,7 @@
 """Candidates written in Gluon (triton.experimental.gluon: explicit layouts, the way to warp specialisation
-and TMA pipelines on Hopper): the guard reads them as Triton, `compile` records their launches and builds
-them for sm_90 without a GPU, and a profile on a machine without one says plainly that it needs one."""
+and TMA pipelines on Hopper) or taking host-side TMA descriptors: the guard reads them as Triton, `compile`
+records their launches and builds them for sm_90 without a GPU, and a profile of a Gluon kernel on a machine
+without a GPU says plainly that it needs one."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from tools import guard
 from tools.compiler import compile_candidate
 from tools.pool import WorkerPool
 
-GLUON_SOFTMAX = (Path(__file__).parent / "fixtures" / "gluon_softmax.py").read_text()
+FIXTURES = Path(__file__).parent / "fixtures"
+GLUON_SOFTMAX = (FIXTURES / "gluon_softmax.py").read_text()
 
 
 def test_the_guard_reads_a_gluon_kernel_as_triton() -> None:
@@ -32,6 +34,20 @@ def test_compile_builds_a_gluon_kernel_for_hopper(tmp_path: Path) -> None:
     assert k["constexprs"]["WARPS"] == 4 and k["sass_instructions"] > 10
     exp = next(row for row in k["lines"] if row["text"] == "e = gl.exp(x)")
     assert exp["mufu"] >= 1 and exp["line"] == 1 + GLUON_SOFTMAX.splitlines().index("    e = gl.exp(x)")
+
+
+@pytest.mark.parametrize("fixture", ["tma_softmax.py", "gluon_tma_softmax.py"])
+def test_compile_takes_host_side_tma_descriptors(fixture: str, tmp_path: Path) -> None:
+    """Triton's and Gluon's descriptors are recorded by what compiling needs (dtype, block, strides, Gluon's
+    shared layout) and rebuilt over a stand-in base: the kernel is compiled against the same descriptor type."""
+    source = (FIXTURES / fixture).read_text()
+    assert guard.static_check(source) == []
+    r = compile_candidate("softmax", source, "small", cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    (k,) = r["kernels"]
+    assert k["uses_tma"] and k["signature"]["x_desc"].startswith("tensordesc<fp32[1, 256]")
+    if fixture.startswith("gluon"):
+        assert "NVMMASharedLayout" in k["signature"]["x_desc"] and k["shared_bytes"] >= 1024  # the row's tile
 
 
 @pytest.fixture(scope="module")

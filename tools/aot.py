@@ -51,7 +51,30 @@ def _stand_in(desc: dict[str, Any]) -> Any:
         return tl.dtype(desc["value"])  # its name, e.g. "fp32", "bf16"
     if kind == "none":
         return None
+    if kind == "tensor_descriptor":
+        return _descriptor_stand_in(desc)
     raise ValueError(f"cannot compile an argument of kind {kind!r} ({desc.get('repr', '')})")
+
+
+def _descriptor_stand_in(desc: dict[str, Any]) -> Any:
+    """A tensor descriptor of the recorded class, dtype, shape, strides and block over a small stand-in base:
+    compiling reads only those, never the memory."""
+    import importlib
+
+    from tools.capture import TENSOR_DESCRIPTOR_CLASSES
+
+    if desc["class"] not in TENSOR_DESCRIPTOR_CLASSES:
+        raise ValueError(f"cannot compile against a tensor descriptor of class {desc['class']}")
+    module_name, _, class_name = desc["class"].rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    base = _stand_in({"kind": "tensor", "dtype": desc["dtype"], "aligned16": desc["aligned16"]})
+    fields: dict[str, Any] = {"base": base, "shape": desc["shape"], "strides": desc["strides"],
+                              "block_shape": desc["block_shape"], "padding": desc["padding"]}
+    if "layout" in desc:
+        from triton.experimental.gluon.language import NVMMASharedLayout
+
+        fields["layout"] = NVMMASharedLayout(**desc["layout"])
+    return cls(**fields)
 
 
 def jit_functions(module: Any) -> list[Any]:

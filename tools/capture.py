@@ -38,6 +38,9 @@ def _describe_arg(value: Any) -> dict[str, Any]:
         return {"kind": "float", "value": value}
     if isinstance(value, str):  # a constexpr option, e.g. input_precision="tf32x3"
         return {"kind": "str", "value": value}
+    descriptor = _describe_tensor_descriptor(value)
+    if descriptor is not None:
+        return descriptor
     import triton.language as tl
 
     if isinstance(value, tl.dtype):  # a dtype passed as a constexpr
@@ -46,6 +49,32 @@ def _describe_arg(value: Any) -> dict[str, Any]:
         return _describe_arg(value.value)
     text = repr(value)
     return {"kind": "other", "repr": text[:200]}
+
+
+# Host-side TMA descriptors a kernel may take: Triton's, and Gluon's for Hopper (which carries its shared layout).
+TENSOR_DESCRIPTOR_CLASSES = ("triton.tools.tensor_descriptor.TensorDescriptor",
+                             "triton.experimental.gluon.nvidia.hopper.TensorDescriptor")
+
+
+def _describe_tensor_descriptor(value: Any) -> dict[str, Any] | None:
+    """A host-side tensor descriptor: what compiling against it needs (its class, dtype, block shape, strides,
+    shared layout), not its memory."""
+    import dataclasses
+
+    cls = type(value)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name not in TENSOR_DESCRIPTOR_CLASSES:
+        return None
+    out: dict[str, Any] = {
+        "kind": "tensor_descriptor", "class": name, "dtype": str(value.base.dtype).removeprefix("torch."),
+        "aligned16": value.base.data_ptr() % 16 == 0, "shape": [int(n) for n in value.shape],
+        "strides": [int(n) for n in value.strides], "block_shape": [int(n) for n in value.block_shape],
+        "padding": value.padding,
+    }
+    layout = getattr(value, "layout", None)
+    if layout is not None:
+        out["layout"] = dataclasses.asdict(layout)
+    return out
 
 
 def capture_launches(candidate_path: Path, problem_name: str, shape: str) -> dict[str, Any]:

@@ -36,7 +36,8 @@ def _triton_version() -> str:
 
 
 # Bumped whenever what a report contains, or what the guard refuses, changes, so that no cached report of an
-# older form is served (6: Gluon kernels are compiled, not refused; errors in jit helpers name their cause).
+# older form is served (6: Gluon kernels and host-side TMA descriptors are compiled, not refused or failed;
+# errors in jit helpers name their cause).
 REPORT_VERSION = 6
 
 
