@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run GPU checks on a device machine, from the project root, after the wheel preamble.
-# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep kda_sweep tuner)
+# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep kda_sweep mla_probe
+#        kda_parts kda_check tuner)
 # Results go under $RES (default /tmp/res); the caller tars them into $OUT.
 set -uo pipefail
 RES=${RES:-/tmp/res}
@@ -57,6 +58,17 @@ for step in "$@"; do
         ${KDA_GRID:---grid PREP_FULL=0,1 --grid INV_PRECISION="'tf32'","'tf32x3'" --grid NUM_WARPS_PREP=4,8} \
         ${KDA_BASELINE:+--baseline $KDA_BASELINE} --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
         | grep -v '^  \.\.\.' | tail -12 ;;
+    mla_probe)
+      # The MLA split kernel's phases one at a time, warm and as the profile tool times them (BENCHMARKS.md).
+      python3 benchmarks/mla_probe.py --shape ${MLA_PROBE_SHAPE:-bench} 2>&1 | tail -14 ;;
+    kda_parts)
+      # Per-kernel device time of the KDA solution; KDA_SETS: e.g. "--set NUM_STAGES=2"; FLA only with KDA_FLA=1.
+      fla=--no-fla; [ "${KDA_FLA:-0}" = 1 ] && fla=
+      python3 benchmarks/kda_parts.py --shape ${KDA_PARTS_SHAPE:-bench} ${KDA_SETS:-} $fla 2>&1 | tail -12 ;;
+    kda_check)
+      # The KDA solution at the small check shapes in bf16, every seed (KDA_SETS as above).
+      python3 benchmarks/kda_check_small.py ${KDA_SETS:-} > "$RES/kda_check.txt" 2>&1; rc=$?
+      grep -v " ok$" "$RES/kda_check.txt"; echo "kda_check: exit $rc" ;;
     tuner)
       # A model-free run over the starter's TUNE_SPACE, ending with its report (issue: bundled client).
       $M run --problem "${TUNER_PROBLEM:-mla_decode}" --shape "${TUNER_SHAPE:-bench}" --policy tuner \

@@ -14,8 +14,9 @@ from typing import Any
 
 RULES = """\
 Rules (the tools enforce them; a violation is refused):
-- A candidate is one Python file that defines `entry(*inputs)`, launches `@triton.jit` kernels and returns
-  the output(s). The kernels do the work, written in Triton.
+- A candidate is one Python file that defines `entry(*inputs)`, launches `@triton.jit` kernels (or Gluon
+  `@gluon.jit` ones, which `profile` runs only where a GPU is) and returns the output(s). The kernels do the
+  work, written in Triton.
 - No kernel libraries (flash-attn, FLA, FlashInfer, xformers, CUTLASS, ...), no CUDA extensions, no torch
   compute ops; allocation, views and copies are fine.
 - Outputs are computed on every call from the inputs given; inputs are not modified.

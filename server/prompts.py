@@ -21,8 +21,9 @@ Read problem://{problem}/description for the exact contract and problem://{probl
 reference; problem://{problem}/starter is a simple, correct kernel to start from.{best}
 
 Rules (checked by the tools; a violation is refused):
-- A candidate is one Python file that defines `entry(*inputs)`, launches `@triton.jit` kernels and
-  returns the output(s). The kernels do the work, written in Triton.
+- A candidate is one Python file that defines `entry(*inputs)`, launches `@triton.jit` kernels (or Gluon
+  `@gluon.jit` ones, which `profile` runs only where a GPU is) and returns the output(s). The kernels do the
+  work, written in Triton.
 - No kernel libraries (flash-attn, FLA, FlashInfer, xformers, CUTLASS, ...), no CUDA extensions, no
   torch compute (matmul, softmax, exp, reductions, ...). Allocation, views and copies are fine
   (torch.empty, .view, .reshape, .contiguous).
