@@ -77,9 +77,9 @@ def test_no_future_gate_leaks_into_earlier_outputs(solution: ModuleType, t0: int
 
 
 def test_full_tile_prep_refuses_fewer_than_eight_warps(tmp_path: Path) -> None:
-    """At 4 warps the full-tile prep kernel with its solve inside was wrong on the H200: a clear error, not a
-    wrong answer."""
-    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, SOLVE_APART=0, NUM_WARPS_PREP=4)
+    """At 4 warps the full-tile prep kernel with its solve inside was wrong on the H200 (and without it is
+    unchecked there): a clear error, not a wrong answer."""
+    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, NUM_WARPS_PREP=4)
     with pytest.raises(ValueError, match="NUM_WARPS_PREP >= 8"):
         module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
 

@@ -104,6 +104,19 @@ def test_error_inside_a_jit_helper_names_the_fault_and_the_calls(tmp_path: Path)
     assert err["message"].endswith(f"called from line {line_of('+ _bad_dot(x)')}, line {line_of('e = _exp_plus(x)')}")
 
 
+def test_a_static_assert_in_a_helper_is_reported_with_its_message(tmp_path: Path) -> None:
+    """CompileTimeAssertionFailure, a subclass of CompilationError, ends the chain with its own message."""
+    helper = "@triton.jit\ndef _checked(x):\n    tl.static_assert(x.shape[0] < 0, 'rows must be negative')\n" \
+             "    return x\n\n\n"
+    src = SOFTMAX.replace("@triton.jit\ndef softmax_row_kernel", helper + "@triton.jit\ndef softmax_row_kernel")
+    src = src.replace("    e = tl.exp(x)\n", "    e = tl.exp(_checked(x))\n")
+    r = compile_candidate("softmax", src, "small", cache_dir=tmp_path)
+    (err,) = r["errors"]
+    lines = src.splitlines()
+    assert "rows must be negative" in err["message"]
+    assert err["line"] == next(i for i, t in enumerate(lines, 1) if "tl.static_assert" in t)
+
+
 def test_compilation_chain_is_resolved_from_the_file_without_the_module(tmp_path: Path) -> None:
     """At a launch inside the worker only the file is at hand: each level's function is found by its text."""
     from tools.candidate import describe_exception

@@ -26,6 +26,14 @@ def test_the_guard_reads_a_gluon_kernel_as_triton() -> None:
     assert "torch compute" in violation.message
 
 
+def test_only_triton_s_own_decorators_make_a_kernel() -> None:
+    """A look-alike decorator (its name containing "gluon" or "jit") does not exempt torch compute in its body."""
+    lookalike = GLUON_SOFTMAX.replace("def entry(", "def not_gluon_jit(f):\n    return f\n\n\n@not_gluon_jit\n"
+                                      "def helper(x):\n    return x.exp()\n\n\ndef entry(")
+    (violation,) = guard.static_check(lookalike)
+    assert "torch compute" in violation.message
+
+
 def test_compile_builds_a_gluon_kernel_for_hopper(tmp_path: Path) -> None:
     r = compile_candidate("softmax", GLUON_SOFTMAX, "bench", want_lines=True, cache_dir=tmp_path)
     assert r["ok"], r["errors"]
@@ -34,6 +42,24 @@ def test_compile_builds_a_gluon_kernel_for_hopper(tmp_path: Path) -> None:
     assert k["constexprs"]["WARPS"] == 4 and k["sass_instructions"] > 10
     exp = next(row for row in k["lines"] if row["text"] == "e = gl.exp(x)")
     assert exp["mufu"] >= 1 and exp["line"] == 1 + GLUON_SOFTMAX.splitlines().index("    e = gl.exp(x)")
+
+
+def test_compile_takes_a_gluon_layout_from_the_host(tmp_path: Path) -> None:
+    """A layout built on the host and passed as a constexpr (here a slice of a 2-D parent, nested) is recorded
+    as data and rebuilt for the compile."""
+    edits = [("    layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])\n", ""),
+             ("WARPS: gl.constexpr):", "WARPS: gl.constexpr, layout: gl.constexpr):"),
+             ("num_warps=NUM_WARPS)", "num_warps=NUM_WARPS, layout=LAYOUT)"),
+             ("NUM_WARPS = 4\n",
+              "NUM_WARPS = 4\nLAYOUT = gl.SliceLayout(0, gl.BlockedLayout([1, 1], [1, 32], [1, 4], [1, 0]))\n")]
+    source = GLUON_SOFTMAX
+    for old, new in edits:
+        assert old in source
+        source = source.replace(old, new)
+    r = compile_candidate("softmax", source, "bench", cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    (k,) = r["kernels"]
+    assert k["name"] == "softmax_row_kernel" and k["registers"] > 0
 
 
 @pytest.mark.parametrize("fixture", ["tma_softmax.py", "gluon_tma_softmax.py"])
@@ -57,10 +83,16 @@ def pool(tmp_path_factory: pytest.TempPathFactory):
         yield p
 
 
-def test_a_cpu_profile_of_a_gluon_kernel_says_it_needs_a_gpu(pool: WorkerPool) -> None:
+@pytest.mark.parametrize("autotuned", [False, True])
+def test_a_cpu_profile_of_a_gluon_kernel_says_it_needs_a_gpu(pool: WorkerPool, autotuned: bool) -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the kernel runs")
-    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": GLUON_SOFTMAX,
+    source = GLUON_SOFTMAX
+    if autotuned:  # found behind the autotuner's wrapper too
+        source = source.replace("@gluon.jit\n", "@triton.autotune(configs=[triton.Config({})], key=['cols'])\n"
+                                "@gluon.jit\n")
+        assert "triton.autotune" in source
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
                   "timing": False}, timeout=120.0)
     assert r["ok"] is False and r["error_class"] == "needs_gpu"
     assert "softmax_row_kernel" in r["error"] and "GPU" in r["error"]

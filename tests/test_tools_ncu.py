@@ -57,40 +57,37 @@ def test_profile_text_breaks_ncu_time_down_by_kernel() -> None:
     assert "40 regs" in text
 
 
-def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(tmp_path: Path) -> None:
-    """run_target's contract with tools.ncu's child, which both the metrics and the hotspots rely on: a
-    stand-in ncu records what it was asked to run."""
+def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_target's contract with tools.ncu's child, which both the metrics and the hotspots rely on: what the
+    command, its environment and its folder are when ncu is started."""
     import json
-    import os
-    import stat
+    import subprocess
     import sys
 
     from tools.environment import project_root
 
-    record = tmp_path / "record.json"
-    fake = tmp_path / "ncu"
-    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                    f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': dict(os.environ)}}, "
-                    f"open({str(record)!r}, 'w'))\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    seen: dict = {}
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.update(cmd=cmd, **kwargs)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(ncu.subprocess, "run", fake_run)
+    monkeypatch.setenv("MARATHON_TEST_SECRET", "x")  # the child's environment is scrubbed, not inherited
     work = tmp_path / "work"
     work.mkdir()
-    os.environ["MARATHON_TEST_SECRET"] = "x"  # the child's environment is scrubbed, not inherited
-    try:
-        proc = ncu.run_target(str(fake), work, ["--section", "SourceCounters"], 60.0, "softmax", "bench",
-                              "# the candidate\n", "cand.py", env={"TRITON_CACHE_DIR": str(work / "tc")}, calls=1)
-    finally:
-        del os.environ["MARATHON_TEST_SECRET"]
+    proc = ncu.run_target("/opt/ncu", work, ["--section", "SourceCounters"], 60.0, "softmax", "bench",
+                          "# the candidate\n", "cand.py", env={"TRITON_CACHE_DIR": str(work / "tc")}, calls=1)
     assert proc.returncode == 0
-    seen = json.loads(record.read_text())
-    argv = seen["argv"]
-    assert argv[:4] == ["--clock-control", "none", "--section", "SourceCounters"]
+    argv = seen["cmd"]
+    assert argv[:5] == ["/opt/ncu", "--clock-control", "none", "--section", "SourceCounters"]
     assert argv[argv.index("--nvtx-include") + 1] == "profiled/"
     assert argv[-4:-1] == [sys.executable, "-m", "tools.ncu"]
     target = json.loads(Path(argv[-1]).read_text())
     assert target == {"problem": "softmax", "shape": "bench", "candidate": str(work / "cand.py"), "calls": 1}
     assert (work / "cand.py").read_text() == "# the candidate\n"
-    assert seen["cwd"] == str(work)
-    assert seen["env"]["PYTHONPATH"] == str(project_root())
-    assert seen["env"]["TRITON_CACHE_DIR"] == str(work / "tc")
-    assert "MARATHON_TEST_SECRET" not in seen["env"]
+    assert seen["cwd"] == work and seen["timeout"] == 60.0
+    env = seen["env"]
+    assert isinstance(env, dict) and env["PYTHONPATH"] == str(project_root())
+    assert env["TRITON_CACHE_DIR"] == str(work / "tc") and "MARATHON_TEST_SECRET" not in env

@@ -53,6 +53,8 @@ def _stand_in(desc: dict[str, Any]) -> Any:
         return None
     if kind == "tensor_descriptor":
         return _descriptor_stand_in(desc)
+    if kind == "gluon_layout":
+        return _gluon_layout(desc)
     raise ValueError(f"cannot compile an argument of kind {kind!r} ({desc.get('repr', '')})")
 
 
@@ -70,11 +72,31 @@ def _descriptor_stand_in(desc: dict[str, Any]) -> Any:
     base = _stand_in({"kind": "tensor", "dtype": desc["dtype"], "aligned16": desc["aligned16"]})
     fields: dict[str, Any] = {"base": base, "shape": desc["shape"], "strides": desc["strides"],
                               "block_shape": desc["block_shape"], "padding": desc["padding"]}
-    if "layout" in desc:
-        from triton.experimental.gluon.language import NVMMASharedLayout
-
-        fields["layout"] = NVMMASharedLayout(**desc["layout"])
+    if desc.get("layout") is not None:
+        fields["layout"] = _gluon_layout(desc["layout"])
     return cls(**fields)
+
+
+def _gluon_layout(desc: dict[str, Any]) -> Any:
+    """The Gluon layout tools.capture.describe_gluon_layout described, rebuilt (nested layouts too)."""
+    import importlib
+
+    from tools.capture import GLUON_LAYOUT_MODULES
+
+    module_name, _, class_name = desc["class"].rpartition(".")
+    if not module_name.startswith(GLUON_LAYOUT_MODULES):
+        raise ValueError(f"cannot compile against a layout of class {desc['class']}")
+
+    def value(v: Any) -> Any:
+        if isinstance(v, dict) and v.get("kind") == "gluon_layout":
+            return _gluon_layout(v)
+        if isinstance(v, dict) and v.get("kind") in ("list", "tuple"):
+            items = [value(x) for x in v["items"]]
+            return tuple(items) if v["kind"] == "tuple" else items
+        return v
+
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(**{name: value(v) for name, v in desc["fields"].items()})
 
 
 def jit_functions(module: Any) -> list[Any]:

@@ -107,9 +107,15 @@ def compilation_chain(exc: BaseException) -> list[BaseException]:
     chain = [exc]
     while True:
         cause = chain[-1].__cause__
-        if cause is None or cause in chain or type(cause).__name__ != "CompilationError":
+        if cause is None or cause in chain or not _is_compilation_error(cause):
             return chain
         chain.append(cause)
+
+
+def _is_compilation_error(exc: BaseException) -> bool:
+    """Triton's CompilationError or a subclass (CompileTimeAssertionFailure, UnsupportedLanguageConstruct), known
+    by name: this module does not import Triton."""
+    return any(cls.__name__ == "CompilationError" for cls in type(exc).__mro__)
 
 
 def describe_exception(exc: BaseException, candidate_file: str | Path, limit: int = 4000,
@@ -118,15 +124,15 @@ def describe_exception(exc: BaseException, candidate_file: str | Path, limit: in
 
     For a compilation error raised through helpers, the message and line are the innermost one's (the
     fault), followed by the lines of the calls that led there."""
-    chain = compilation_chain(exc)
+    chain = compilation_chain(exc) if _is_compilation_error(exc) else [exc]
     inner = chain[-1]
     message = f"{type(inner).__name__}: {inner}".strip()
+    if len(message) > limit:
+        message = message[:limit] + f"... [{len(message) - limit} more characters]"
     line = jit_error_line(inner, module, candidate_file)
     if len(chain) > 1:
         callers = [jit_error_line(e, module, candidate_file) for e in reversed(chain[:-1])]
         message += "\ncalled from " + ", ".join(f"line {n}" if n else "a kernel" for n in callers)
         line = line or next((n for n in callers if n), None)
-    if len(message) > limit:
-        message = message[:limit] + f"... [{len(message) - limit} more characters]"
     line = line or candidate_line(exc, candidate_file)
     return {"type": type(inner).__name__, "message": message, "line": line}

@@ -38,9 +38,9 @@ def _describe_arg(value: Any) -> dict[str, Any]:
         return {"kind": "float", "value": value}
     if isinstance(value, str):  # a constexpr option, e.g. input_precision="tf32x3"
         return {"kind": "str", "value": value}
-    descriptor = _describe_tensor_descriptor(value)
-    if descriptor is not None:
-        return descriptor
+    described = _describe_tensor_descriptor(value) or describe_gluon_layout(value)
+    if described is not None:
+        return described
     import triton.language as tl
 
     if isinstance(value, tl.dtype):  # a dtype passed as a constexpr
@@ -59,8 +59,6 @@ TENSOR_DESCRIPTOR_CLASSES = ("triton.tools.tensor_descriptor.TensorDescriptor",
 def _describe_tensor_descriptor(value: Any) -> dict[str, Any] | None:
     """A host-side tensor descriptor: what compiling against it needs (its class, dtype, block shape, strides,
     shared layout), not its memory."""
-    import dataclasses
-
     cls = type(value)
     name = f"{cls.__module__}.{cls.__qualname__}"
     if name not in TENSOR_DESCRIPTOR_CLASSES:
@@ -73,8 +71,32 @@ def _describe_tensor_descriptor(value: Any) -> dict[str, Any] | None:
     }
     layout = getattr(value, "layout", None)
     if layout is not None:
-        out["layout"] = dataclasses.asdict(layout)
+        out["layout"] = describe_gluon_layout(layout)
     return out
+
+
+GLUON_LAYOUT_MODULES = "triton.experimental.gluon.language"  # Gluon's layout classes live below this package
+
+
+def describe_gluon_layout(value: Any) -> dict[str, Any] | None:
+    """A Gluon layout (a frozen dataclass: BlockedLayout, SliceLayout of a parent, NVMMASharedLayout, ...) as
+    plain data, so a kernel that takes one as a constexpr can be compiled in another process."""
+    import dataclasses
+
+    cls = type(value)
+    if not dataclasses.is_dataclass(value) or not cls.__module__.startswith(GLUON_LAYOUT_MODULES):
+        return None
+
+    def plain(v: Any) -> Any:
+        nested = describe_gluon_layout(v)
+        if nested is not None:
+            return nested
+        if isinstance(v, (list, tuple)):
+            return {"kind": type(v).__name__, "items": [plain(x) for x in v]}
+        return v
+
+    return {"kind": "gluon_layout", "class": f"{cls.__module__}.{cls.__qualname__}",
+            "fields": {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}}
 
 
 def capture_launches(candidate_path: Path, problem_name: str, shape: str) -> dict[str, Any]:

@@ -86,14 +86,6 @@ class GuardRejection(Exception):
         super().__init__("; ".join(v.message for v in violations))
 
 
-def _is_triton_jit(decorator: ast.expr) -> bool:
-    """@triton.jit (and its autotune/heuristics wrappers) or Gluon's @gluon.jit: code compiled by Triton."""
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    text = ast.unparse(target)
-    return text.endswith(("jit", "autotune", "heuristics")) and ("triton" in text or "gluon" in text
-                                                                 or text in {"jit"})
-
-
 def _dotted(node: ast.expr) -> str | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -133,7 +125,7 @@ class _StaticChecker(ast.NodeVisitor):
         for alias in node.names:
             self._check_module(alias.name, node)
             if alias.name.split(".")[0] == "triton":
-                self.triton_aliases.add(alias.asname or alias.name.split(".")[0])
+                self.triton_aliases.add(alias.asname or "triton")
             if alias.name == "torch":
                 self.torch_aliases.add(alias.asname or "torch")
             if alias.name == "torch.nn.functional" and alias.asname:
@@ -147,8 +139,8 @@ class _StaticChecker(ast.NodeVisitor):
         self._check_module(module, node)
         for alias in node.names:
             full = f"{module}.{alias.name}"
-            if module.split(".")[0] == "triton":
-                self.triton_aliases.add(alias.asname or alias.name)
+            if module.split(".")[0] == "triton" and (alias.name.islower() or alias.name == "jit"):
+                self.triton_aliases.add(alias.asname or alias.name)  # a module (language, gluon, tma) or jit
             self._check_module(full, node) if module in {"torch", "torch.nn"} else None
             if full == "torch.nn.functional":
                 self.functional_aliases.add(alias.asname or alias.name)
@@ -157,8 +149,15 @@ class _StaticChecker(ast.NodeVisitor):
                 self._refuse(f"'from torch import {alias.name}': torch compute is not allowed in a "
                              "candidate; write it in Triton", node)
 
+    def _is_triton_jit(self, decorator: ast.expr) -> bool:
+        """@triton.jit, its autotune/heuristics wrappers, Gluon's @gluon.jit: code Triton compiles, named
+        through a module imported from triton (or `jit` itself)."""
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        dotted = _dotted(target) or ""
+        return dotted.endswith(("jit", "autotune", "heuristics")) and dotted.split(".")[0] in self.triton_aliases
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        kernel = any(_is_triton_jit(d) for d in node.decorator_list)
+        kernel = any(self._is_triton_jit(d) for d in node.decorator_list)
         self.in_kernel += kernel
         self.generic_visit(node)
         self.in_kernel -= kernel

@@ -45,7 +45,7 @@ def run_target(ncu: str, work: Path, ncu_args: list[str], timeout: float, proble
     cand = work / candidate_name
     cand.write_text(source)
     spec = work / "target.json"
-    spec.write_text(json.dumps({"problem": problem, "shape": shape, "candidate": str(cand), **target}))
+    spec.write_text(json.dumps({**target, "problem": problem, "shape": shape, "candidate": str(cand)}))
     cmd = [ncu, "--clock-control", "none", *ncu_args, "--nvtx", "--nvtx-include", "profiled/",
            sys.executable, "-m", "tools.ncu", str(spec)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,

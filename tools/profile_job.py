@@ -27,11 +27,13 @@ def _fail(error_class: str, error: str, line: int | None = None, **extra: Any) -
 
 
 def gluon_kernels(module: Any) -> list[str]:
-    """The names of the module's @gluon.jit kernels (none where this Triton has no Gluon)."""
+    """The names of the module's @gluon.jit functions, autotuned or not (none where this Triton has no Gluon)."""
+    from tools.aot import jit_functions
+
     gluon_class = gluon_jit_class()
     if gluon_class is None:
         return []
-    return [value.__name__ for value in vars(module).values() if isinstance(value, gluon_class)]
+    return [fn.fn.__name__ for fn in jit_functions(module) if isinstance(fn, gluon_class)]
 
 
 def _check_plan(worker: Any, problem: Problem, shape: str) -> list[tuple[str, int]]:

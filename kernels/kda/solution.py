@@ -9,8 +9,8 @@
    scores as four tensor-core-sized products, one per sub-block centre, and the 64x64 inverse as ten matmuls
    (nilpotent products for the diagonal blocks, then one block-lower correction); 7% faster on the H200.
    With SOLVE_APART = 1 (the default) the inverse and the W, U products run in `kda_chunk_solve_kernel`,
-   which reads Akk (float32) and beta k e^G back from memory: it needs a quarter of the prep kernel's
-   registers a CTA, so two of its CTAs share an SM where the prep kernel runs one.
+   which reads Akk (float32) and beta k e^G back from memory: a 4-warp CTA with under half the prep
+   kernel's registers, so two of its CTAs share an SM where the prep kernel runs one.
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
@@ -48,8 +48,8 @@ NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M 
 # CTA of 8 warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured
 # faster on the H200 (bench, product inverses, 8 warps: 1321 us in all capped against 1548 us uncapped).
 MAXNREG_PREP: int | None = 128
-# The full-tile prep kernel's cap: uncapped it takes 255 registers and spills 88 bytes; at 128 it would
-# spill over a kilobyte a thread.
+# The full-tile prep kernel's cap: uncapped it takes 255 registers and spills 16 bytes (with the solve apart;
+# 88 with it inside); at 128 it would spill over a kilobyte a thread.
 MAXNREG_PREP_FULL: int | None = None
 # Prep kernel: 1 on whole 64-row tiles with the 64x64 inverse as ten matmuls (kda_chunk_prep_full_kernel),
 # 0 in 16-row sub-blocks. Measured at bench on the H200 (BENCHMARKS.md): 949 (935 since) against 1016 us for
@@ -65,10 +65,10 @@ PREP_FULL = 1
 # the H200: prep and solve 947 -> 670 + 198 us (tf32 inverse); the solve at 8 warps (one CTA an SM) 350 us,
 # capped at 168 registers 195 us.
 SOLVE_APART = 1
-# Warps of the solve kernel where K and V are both at least 64. Below that (the small and odd check shapes) it
-# runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns on sm_90 (wrong W and U
-# on the H200, right in the interpreter, memcheck clean; `benchmarks/kda_check_small.py --set
-# SOLVE_WARPS_SMALL_N=4`), the fault behind the fused kernel's 4-warp refusal below.
+# Warps of the solve kernel where K and V (padded to powers of two) are both at least 64. Below that (the small
+# and odd check shapes) it runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns
+# on sm_90 (wrong W and U on the H200, right in the interpreter, memcheck clean; `benchmarks/kda_check_small.py
+# --set SOLVE_WARPS_SMALL_N=4`), the fault behind the full-tile prep's 4-warp refusal in entry().
 NUM_WARPS_SOLVE = 4
 SOLVE_WARPS_SMALL_N = 8
 MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 186 with the bf16 inverse)
@@ -387,7 +387,8 @@ def kda_chunk_prep_full_kernel(
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr,
     LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr, SOLVE_APART: tl.constexpr,
 ):
-    """The same outputs as kda_chunk_prep_kernel, computed on whole 64-row tiles (tensor-core sized).
+    """The same outputs as kda_chunk_prep_kernel (with SOLVE_APART, W holds beta k e^G and U is left to
+    kda_chunk_solve_kernel), computed on whole 64-row tiles (tensor-core sized).
 
     Scores: four 64-row products, one per sub-block centre, each on its own 16 rows (4x the
     multiply-adds of 16-row blocks, in place of their operand replication and dependent chain). The
@@ -594,11 +595,11 @@ def entry(
     prep_out = (w, u, qg, kd, aqk, decay_last)
     sizes = (T, H, NT, K**-0.5)
     if PREP_FULL:
-        if NUM_WARPS_PREP < 8 and not SOLVE_APART:
-            raise ValueError(f"the full-tile prep kernel with its solve inside (PREP_FULL = 1, SOLVE_APART = 0) needs "
-                             f"NUM_WARPS_PREP >= 8, not {NUM_WARPS_PREP}: at 4 warps Triton 3.6 compiles its U product "
+        if NUM_WARPS_PREP < 8:
+            raise ValueError(f"the full-tile prep kernel (PREP_FULL = 1) needs NUM_WARPS_PREP >= 8, not "
+                             f"{NUM_WARPS_PREP}: with its solve inside, Triton 3.6 compiles its U product at 4 warps "
                              f"with an out-of-range shared-memory access (wrong outputs or an illegal address on the "
-                             f"H200)")
+                             f"H200); without it (SOLVE_APART = 1) 4 warps has not been checked on a GPU")
         # Akk between the two kernels: [B, NT, H, 64, 64] float32, one contiguous 16 KB tile a chunk and head.
         akk = torch.empty((B, NT, H, CHUNK, CHUNK), dtype=torch.float32, device=dev) if SOLVE_APART else w
         kda_chunk_prep_full_kernel[(NT, B * H)](
