@@ -17,8 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.candidate import describe_exception, load_candidate
-from tools.capture import gluon_jit_class
+from tools.candidate import describe_exception, gluon_jit_class, jit_functions, load_candidate
 
 TARGET_ARCH = 90
 # The most shared memory one block may use on sm_90 (227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin);
@@ -27,10 +26,11 @@ MAX_SHARED_BYTES = 232448
 _RES_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
 
-def _cuobjdump() -> Path:
+def nvidia_binary(name: str) -> Path:
+    """A CUDA binary utility shipped inside Triton (cuobjdump, nvdisasm): no CUDA toolkit needed."""
     import triton
 
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
 
 
 def _stand_in(desc: dict[str, Any]) -> Any:
@@ -99,20 +99,6 @@ def _gluon_layout(desc: dict[str, Any]) -> Any:
     return cls(**{name: value(v) for name, v in desc["fields"].items()})
 
 
-def jit_functions(module: Any) -> list[Any]:
-    """The module-level @triton.jit functions of a module, unwrapping autotune/heuristics wrappers."""
-    from triton.runtime.jit import JITFunction
-
-    found = []
-    for value in vars(module).values():
-        fn = value
-        while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
-            fn = fn.fn
-        if isinstance(fn, JITFunction):
-            found.append(fn)
-    return found
-
-
 def _find_kernel(module: Any, record: dict[str, Any]) -> Any:
     """The JITFunction behind a recorded launch."""
     for fn in jit_functions(module):
@@ -147,7 +133,11 @@ def compile_launch(module: Any, record: dict[str, Any], want_asm: bool, lines_fr
         source_class = GluonASTSource
     compiled = triton.compile(source_class(fn, signature, constexprs, attrs), target=target,
                               options=options.__dict__)
-    report = _resources(compiled.asm["cubin"], want_asm)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        report = _resources(cubin, want_asm)
+        lines = _lines(cubin, lines_from, top_lines) if lines_from is not None else None
     meta = compiled.metadata
     constexpr_values = {name: desc.get("value") for name, desc in record["args"].items()
                         if signature.get(name) == "constexpr"}
@@ -165,28 +155,21 @@ def compile_launch(module: Any, record: dict[str, Any], want_asm: bool, lines_fr
     if want_asm:
         result["ptx"] = compiled.asm.get("ptx")
         result["ttgir"] = compiled.asm.get("ttgir")
-    if lines_from is not None:
-        result["lines"] = _lines(compiled.asm["cubin"], lines_from, top_lines)
+    if lines is not None:
+        result["lines"] = lines
     return result
 
 
-def _lines(cubin: bytes, candidate: Path, top: int) -> list[dict[str, Any]]:
+def _lines(cubin: Path, candidate: Path, top: int) -> list[dict[str, Any]]:
     from tools.hotspots import disassemble, instruction_mix
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        listing = disassemble(path)
-    return instruction_mix(listing, str(candidate), candidate.read_text(), top)
+    return instruction_mix(disassemble(cubin), str(candidate), candidate.read_text(), top)
 
 
-def _resources(cubin: bytes, want_asm: bool) -> dict[str, Any]:
-    tool = _cuobjdump()
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        res = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True)
-        sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+def _resources(cubin: Path, want_asm: bool) -> dict[str, Any]:
+    tool = nvidia_binary("cuobjdump")
+    res = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True, check=True)
+    sass = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     m = _RES_RE.search(res.stdout)
     if not m:
         raise RuntimeError(f"could not read resource usage from cuobjdump: {res.stdout[:500]}")

@@ -2,7 +2,8 @@
 
 A candidate travels as text (MCP) or a path (CLI); either way it is written to a file named after its
 content hash so Triton (which reads source through `inspect`) and tracebacks see real line numbers.
-Standard library only: the worker imports this.
+Standard library only at import (the worker imports this); the Triton-aware helpers import Triton when
+called.
 """
 
 from __future__ import annotations
@@ -80,11 +81,8 @@ def jit_error_line(exc: BaseException, module: types.ModuleType | None,
     lineno = getattr(node, "lineno", None)
     if lineno is None or not isinstance(src, str):
         return None
-    for value in vars(module).values() if module is not None else ():
-        fn = value
-        while fn is not None and not hasattr(fn, "starting_line_number") and hasattr(fn, "fn"):
-            fn = fn.fn
-        if getattr(fn, "src", None) == src:
+    for fn in jit_functions(module) if module is not None else ():
+        if fn.src == src:
             raw = "".join(getattr(fn, "raw_src", []))
             decorator_lines = raw[: raw.find("def ")].count("\n") if "def " in raw else 0
             return int(fn.starting_line_number) + decorator_lines + int(lineno) - 1
@@ -97,6 +95,38 @@ def jit_error_line(exc: BaseException, module: types.ModuleType | None,
         if at >= 0 and text.find(src, at + 1) < 0:
             return text.count("\n", 0, at) + int(lineno)
     return None
+
+
+def jit_functions(module: types.ModuleType) -> list[Any]:
+    """The module-level @triton.jit and @gluon.jit functions of a loaded candidate (kernels and helpers),
+    unwrapping autotune/heuristics wrappers."""
+    from triton.runtime.jit import JITFunction
+
+    found = []
+    for value in vars(module).values():
+        fn = value
+        while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
+            fn = fn.fn
+        if isinstance(fn, JITFunction):
+            found.append(fn)
+    return found
+
+
+def gluon_jit_class() -> Any:
+    """The class of @gluon.jit functions, or None where this Triton has no Gluon (an experimental API)."""
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:
+        return None
+    return GluonJITFunction
+
+
+def gluon_kernels(module: types.ModuleType) -> list[str]:
+    """The names of the module's @gluon.jit functions, autotuned or not (none where this Triton has no Gluon)."""
+    gluon_class = gluon_jit_class()
+    if gluon_class is None:
+        return []
+    return [fn.fn.__name__ for fn in jit_functions(module) if isinstance(fn, gluon_class)]
 
 
 def compilation_chain(exc: BaseException) -> list[BaseException]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.candidate import CandidateError, describe_exception, load_candidate
+from tools.candidate import CandidateError, describe_exception, gluon_jit_class, load_candidate
 
 LAUNCH_OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_cooperative_grid",
                       "launch_pdl")
@@ -147,15 +147,6 @@ def capture_launches(candidate_path: Path, problem_name: str, shape: str) -> dic
     if not launches:
         raise CandidateError("entry() launched no Triton kernel", error_class="no_kernel")
     return {"launches": launches}
-
-
-def gluon_jit_class() -> Any:
-    """The class of @gluon.jit functions, or None where this Triton has no Gluon (an experimental API)."""
-    try:
-        from triton.experimental.gluon._runtime import GluonJITFunction
-    except ImportError:
-        return None
-    return GluonJITFunction
 
 
 def _describe_grid(grid: Any, bound: dict[str, Any]) -> list[int] | None:

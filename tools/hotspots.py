@@ -105,10 +105,10 @@ def line_table(nvdisasm_output: str) -> dict[int, tuple[str, int]]:
 
 
 def disassemble(cubin: Path) -> str:
-    import triton
+    from tools.aot import nvidia_binary
 
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    return subprocess.run([str(tool), "-gi", "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([str(nvidia_binary("nvdisasm")), "-gi", "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
 
 
 @functools.lru_cache(maxsize=64)
@@ -288,7 +288,7 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
 
 def dump_cubins(module: Any, folder: Path) -> None:
     """Write the cubin of every kernel the module's Triton functions compiled, as <kernel name>.cubin."""
-    from tools.aot import jit_functions
+    from tools.candidate import jit_functions
 
     folder.mkdir(parents=True, exist_ok=True)
     for fn in jit_functions(module):

@@ -12,8 +12,7 @@ from typing import Any
 from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import guard, telemetry
-from tools.candidate import describe_exception, load_candidate, write_candidate
-from tools.capture import gluon_jit_class
+from tools.candidate import describe_exception, gluon_kernels, load_candidate, write_candidate
 from tools.checks import CandidateRaised, check_candidate
 from tools.timing import GRAPH_BELOW_US
 
@@ -24,16 +23,6 @@ TRIALS_PER_CHECK_SHAPE = 2
 def _fail(error_class: str, error: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
     return {"ok": False, "correct": False, "error_class": error_class, "error": error, "error_line": line,
             "max_rel_err": None, "timing": None, "speedup": None, **extra}
-
-
-def gluon_kernels(module: Any) -> list[str]:
-    """The names of the module's @gluon.jit functions, autotuned or not (none where this Triton has no Gluon)."""
-    from tools.aot import jit_functions
-
-    gluon_class = gluon_jit_class()
-    if gluon_class is None:
-        return []
-    return [fn.fn.__name__ for fn in jit_functions(module) if isinstance(fn, gluon_class)]
 
 
 def _check_plan(worker: Any, problem: Problem, shape: str) -> list[tuple[str, int]]:
