@@ -14,6 +14,7 @@ from kernels.mla_decode.problem import D_LATENT, PROBLEM
 from kernels.spec import compare
 from tests.candidates import configured_variant, interpreted, load_candidate
 from tools import guard
+from tools.compiler import compile_candidate
 
 SOURCE_PATH = solution_path("mla_decode")
 
@@ -103,6 +104,28 @@ def test_several_head_groups_a_program_each(tmp_path: Path) -> None:
     assert verdict["ok"] and verdict["rel_err"] < 1e-5, verdict
 
 
+def test_the_gluon_split_kernel_compiles_for_hopper_without_spills(tmp_path: Path) -> None:
+    """USE_GLUON = 2 takes the Gluon split kernel on any device, so compile records it on the CPU: it must fit
+    one CTA an SM (q and two cache stages in shared memory) and keep its accumulator in registers."""
+    assert SOURCE_PATH is not None
+    source = SOURCE_PATH.read_text()
+    assert "\nUSE_GLUON = 1\n" in source
+    r = compile_candidate("mla_decode", source.replace("\nUSE_GLUON = 1\n", "\nUSE_GLUON = 2\n"), "bench_b64",
+                          cache_dir=tmp_path)
+    assert r["ok"], r["errors"]
+    split = next(k for k in r["kernels"] if k["name"] == "mla_split_gluon_kernel")
+    assert split["uses_wgmma"] and split["uses_tma"] and split["num_warps"] == 8
+    assert split["spill_bytes"] == 0 and split["shared_bytes"] <= 232448, split
+    assert split["grid"] == [2, 64]
+
+
+def test_the_cpu_never_takes_the_gluon_kernel(solution: ModuleType) -> None:
+    """The interpreter cannot run Gluon: with the default USE_GLUON = 1 a CPU input takes the Triton kernel."""
+    q, kv = PROBLEM.inputs("small", 0, "cpu")
+    assert solution.USE_GLUON == 1
+    assert not solution._takes_gluon(q, kv, 64 * solution.BLOCK_N)
+
+
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
@@ -125,6 +148,21 @@ def test_tma_variant_on_gpu(tmp_path: Path, shape: str) -> None:
     assert verdict["ok"], verdict
 
 
+@pytest.mark.parametrize(("shape", "config"), [
+    ("bench", {}), ("bench_b64", {}), ("small", {}), ("odd", {}),
+    ("bench_b64", {"GLUON_BLOCK_N": 32, "GLUON_STAGES": 4}), ("odd", {"GLUON_BLOCK_N": 32, "GLUON_STAGES": 3}),
+])
+def test_gluon_kernel_on_gpu(tmp_path: Path, shape: str, config: dict[str, int]) -> None:
+    """The Gluon split kernel at every shape (USE_GLUON = 2), one-tile splits and head blocks past H included."""
+    module = variant(tmp_path, USE_GLUON=2, **config)
+    q, kv = PROBLEM.inputs(shape, 0, "cuda")
+    with guard.candidate_guard():
+        out = module.entry(q, kv)
+    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
+    assert verdict["ok"], verdict
+
+
 for _mark in gpu:
     _mark(test_solution_on_gpu)
     _mark(test_tma_variant_on_gpu)
+    _mark(test_gluon_kernel_on_gpu)

@@ -7,7 +7,9 @@ q_rope . k_ropeᵀ (tensor cores, heads as M), then acc += p . c_kv (the same c_
 It writes its split's normalised partial output and log-sum-exp. `mla_combine_kernel` merges the
 splits of each (batch, head) by their log-sum-exp. When one split is enough (a batch large enough to
 fill the GPU by itself: B > 264 with the defaults) the first kernel writes the output and the second is
-not launched.
+not launched. On a GPU, splits of two or more tiles (B = 64: two splits of 64 tiles each) run the same
+program written in Gluon, `mla_split_gluon_kernel`, whose cache copies are issued as soon as a buffer frees
+(measured on the H200 at bench_b64: 286 -> 199 us, 3.08 TB/s; BENCHMARKS.md).
 
 Why split: at B=1 the whole cache is 9.4 MB, a 2.2 us DRAM floor, and 64 heads in one program give
 one program per batch element: splitting S is the only way to put all 132 SMs on the read. Why
@@ -26,6 +28,16 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 D_LATENT = 512  # latent c_kv width: the value and output width
 D_ROPE = 64  # rotary part of q and of each cache row
@@ -52,6 +64,19 @@ USE_TMA = 0
 # 1: tl.range(warp_specialize=True) on the TMA loop. Triton 3.6 accepts it on sm_90 and changes nothing here
 # (same registers, same times): kept so that a newer Triton's producer warp can be tried by a tuner.
 WARP_SPECIALIZE = 0
+# The split kernel in Gluon (mla_split_gluon_kernel): the same math with the cache pipeline written out, q and
+# two cache tiles in shared memory by TMA, and the next-but-one tile's copy issued as soon as the P.V product
+# that read its buffer has finished, so a copy is in flight through the whole of each step. Triton's pipeliner
+# issues the next tile's copy after the P.V product and waits for it at the top of the next step (its loads
+# overlap only that product: BENCHMARKS.md). 0: never; 1: on a GPU, for 16-bit inputs whose splits walk at
+# least GLUON_MIN_TILES tiles (the interpreter cannot run Gluon: the CPU takes mla_split_kernel); 2: always
+# (to compile it without a GPU).
+USE_GLUON = 1
+GLUON_MIN_TILES = 2
+# The Gluon kernel's cache tile (tokens) and buffers: q (73 KB) and GLUON_STAGES tiles of GLUON_BLOCK_N x 576 must
+# fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4).
+GLUON_BLOCK_N = 64
+GLUON_STAGES = 2
 TUNE_SPACE = {
     "BLOCK_H": [16, 32, 64],
     "BLOCK_N": [32, 64],
@@ -60,6 +85,9 @@ TUNE_SPACE = {
     "SPLIT_WAVES": [0.5, 1.0, 2.0],
     "PARTIAL_BF16": [0, 1],
     "USE_TMA": [0, 1],
+    "USE_GLUON": [0, 1],
+    "GLUON_BLOCK_N": [32, 64],
+    "GLUON_STAGES": [2, 3, 4],
 }
 
 
@@ -177,6 +205,116 @@ def mla_split_tma_kernel(
                  stride_ob, stride_oh, D_LATENT, DIRECT_OUT)
 
 
+@gluon.jit
+def _issue_tile(kv_desc, rope_desc, row, bar, kv_dst, rope_dst, D_LATENT: gl.constexpr):
+    """One cache tile (latent and rope columns) into a stage's buffers; `bar` completes when both land."""
+    mbarrier.expect(bar, kv_desc.block_type.nbytes + rope_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(kv_desc, [row, 0], bar, kv_dst)
+    tma.async_copy_global_to_shared(rope_desc, [row, D_LATENT], bar, rope_dst)
+
+
+@gluon.jit
+def mla_split_gluon_kernel(
+    q_desc, q_rope_desc, kv_desc, rope_desc, part_ptr, lse_ptr, out_ptr,
+    S, H, tokens_per_split, num_splits, qk_scale, stride_ob, stride_oh,
+    D_LATENT: gl.constexpr, STAGES: gl.constexpr, DIRECT_OUT: gl.constexpr,
+):
+    """mla_split_kernel's program (one split, 64 heads of a batch element) with its pipeline explicit.
+
+    q [B * H, 576] and the cache [B * S, 576] are read by TMA (host-side descriptors: 64-row tiles of the
+    512 latent and the 64 rope columns). STAGES buffers: tile i + STAGES's copy is issued into tile i's
+    buffers as soon as the P.V product that read them has finished, so copies are in flight through every
+    step (with two stages, one tile's copy has the whole of step i + 1 to land). Rows
+    of a tile past this split's end are masked out of the softmax (past B * S the copy fills zeros); heads
+    past H (a head block running into the next batch element's rows) are computed and not stored.
+    Eight warps: each wgmma's M is the 64 heads of one warpgroup, the two warpgroups split the N columns
+    (32 of the scores' 64 tokens, 256 of the output's 512 columns each)."""
+    BLOCK_H: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = kv_desc.block_type.shape[0]
+    D_ROPE: gl.constexpr = rope_desc.block_type.shape[1]
+    dtype: gl.constexpr = kv_desc.dtype
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                    instr_shape=[16, BLOCK_N // 2, 16])
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                    instr_shape=[16, D_LATENT // 2, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    rows_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+
+    split = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    head_groups = gl.cdiv(H, BLOCK_H)
+    b = pid_bh // head_groups
+    h0 = (pid_bh % head_groups) * BLOCK_H
+    start = split * tokens_per_split
+    end = gl.minimum(start + tokens_per_split, S)
+    n_tiles = gl.cdiv(end - start, BLOCK_N)
+    row0 = b * S + start  # the split's first cache row in [B * S, 576]
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, D_LATENT], q_desc.layout)
+    qr_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, D_ROPE], q_rope_desc.layout)
+    kv_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_LATENT], kv_desc.layout)
+    kr_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D_ROPE], rope_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for j in gl.static_range(STAGES):
+        mbarrier.init(ready.index(j), count=1)
+    fence_async_shared()
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes + q_rope_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b * H + h0, 0], q_bar, q_smem)
+    tma.async_copy_global_to_shared(q_rope_desc, [b * H + h0, D_LATENT], q_bar, qr_smem)
+    for j in gl.static_range(STAGES):
+        if j < n_tiles:
+            _issue_tile(kv_desc, rope_desc, row0 + j * BLOCK_N, ready.index(j), kv_smem.index(j), kr_smem.index(j),
+                        D_LATENT)
+
+    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, layout=rows_s)  # running max, base-2 units
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=rows_s)
+    acc = gl.zeros([BLOCK_H, D_LATENT], gl.float32, layout=mma_o)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=mma_s)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
+    mbarrier.wait(q_bar, 0)
+    for i in range(n_tiles):
+        buf = i % STAGES
+        mbarrier.wait(ready.index(buf), (i // STAGES) & 1)
+        kv = kv_smem.index(buf)
+        kr = kr_smem.index(buf)
+        s = warpgroup_mma(q_smem, kv.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(qr_smem, kr.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        valid = start + i * BLOCK_N + offs_n < end
+        s = gl.where(valid[None, :], s * qk_scale, -float("inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), kv, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        if i + STAGES < n_tiles:  # this stage's buffers are free: the P.V product that read them is done
+            _issue_tile(kv_desc, rope_desc, row0 + (i + STAGES) * BLOCK_N, ready.index(buf), kv, kr, D_LATENT)
+    mbarrier.invalidate(q_bar)
+    for j in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(j))
+
+    heads_o = h0 + gl.arange(0, BLOCK_H, layout=rows_o)
+    offs_c = gl.arange(0, D_LATENT, layout=gl.SliceLayout(0, mma_o))
+    out = acc * gl.convert_layout(1.0 / l_i, rows_o)[:, None]
+    if DIRECT_OUT:
+        o_rows = out_ptr + b.to(gl.int64) * stride_ob + heads_o[:, None] * stride_oh
+        gl.store(o_rows + offs_c[None, :], out.to(out_ptr.dtype.element_ty), mask=(heads_o < H)[:, None])
+    else:
+        row = (b.to(gl.int64) * H + heads_o) * num_splits + split
+        gl.store(part_ptr + row[:, None] * D_LATENT + offs_c[None, :], out.to(part_ptr.dtype.element_ty),
+                 mask=(heads_o < H)[:, None])
+        heads_s = h0 + gl.arange(0, BLOCK_H, layout=rows_s)
+        gl.store(lse_ptr + (b.to(gl.int64) * H + heads_s) * num_splits + split, m_i + gl.log2(l_i),
+                 mask=heads_s < H)
+
+
 @triton.jit
 def mla_combine_kernel(
     part_ptr, lse_ptr, out_ptr,
@@ -229,6 +367,30 @@ def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
     return tokens_per_split, triton.cdiv(S, tokens_per_split)
 
 
+def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bool:
+    """Whether the split runs as mla_split_gluon_kernel (USE_GLUON above). Its layouts are written for 64 heads a
+    program at 8 warps; its descriptors view q and the cache as 2-D row-major tensors of 16-bit values."""
+    if not USE_GLUON or BLOCK_H != 64 or NUM_WARPS != 8:
+        return False
+    if USE_GLUON == 1 and (q.device.type != "cuda" or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
+        return False
+    return q.dtype in (torch.bfloat16, torch.float16) and q.is_contiguous() and kv.is_contiguous()
+
+
+def _gluon_descriptors(q: torch.Tensor, kv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
+    """TMA descriptors of q [B * H, 576] and the cache [B * S, 576]: latent and rope column blocks, 64-row tiles."""
+    dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    q2 = q.reshape(-1, D_LATENT + D_ROPE)
+    kv2 = kv.reshape(-1, D_LATENT + D_ROPE)
+
+    def described(t: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
+        return TensorDescriptor.from_tensor(t, [rows, cols], layout)
+
+    return (described(q2, BLOCK_H, D_LATENT), described(q2, BLOCK_H, D_ROPE),
+            described(kv2, GLUON_BLOCK_N, D_LATENT), described(kv2, GLUON_BLOCK_N, D_ROPE))
+
+
 def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     B, H, D = q.shape
     S = kv.shape[1]
@@ -251,7 +413,12 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
             q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1))
     consts = dict(D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
                   num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    if USE_TMA:
+    if _takes_gluon(q, kv, tokens_per_split):
+        mla_split_gluon_kernel[grid](
+            *_gluon_descriptors(q, kv), part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
+            out.stride(0), out.stride(1), D_LATENT=D_LATENT, STAGES=GLUON_STAGES, DIRECT_OUT=direct, num_warps=8,
+        )
+    elif USE_TMA:
         triton.set_allocator(_descriptor_scratch)
         mla_split_tma_kernel[grid](*args, WARP_SPECIALIZE=bool(WARP_SPECIALIZE), **consts)
     else:
