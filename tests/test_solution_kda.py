@@ -1,6 +1,6 @@
 """The chunked KDA solution (kernels/kda/solution.py) under the Triton interpreter, in float32: tolerance
 against the recurrent reference at the check shapes and beyond, the gate at its -5 bound (the re-centring),
-and no future gate reaching an earlier output."""
+and no future gate reaching an earlier output, for each variant of the prep and solve kernels."""
 
 from __future__ import annotations
 
@@ -18,14 +18,22 @@ from tests.test_problem_kda import check_float32_kernel, dims, within
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
 
 
-@pytest.fixture(scope="module", params=[(0, 0), (1, 0), (1, 1)],
-                ids=["subblock-prep", "full-tile-prep", "full-tile-prep-solve-apart"])
+VARIANTS = {  # (PREP_FULL, SOLVE_APART, GATE_APART, AKK_BF16)
+    "subblock-prep": (0, 0, 0, 0),
+    "full-tile-prep": (1, 0, 0, 0),
+    "full-tile-prep-solve-apart": (1, 1, 0, 0),
+    "gate-apart-akk-bf16": (1, 1, 1, 1),  # each switch alone: test_new_switches_pass
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS.values()), ids=list(VARIANTS))
 def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """Both prep kernels (PREP_FULL 0 and 1), the full-tile one with its solve inside or in a kernel of its own
-    (SOLVE_APART), must give the same results; the scan is shared."""
-    prep_full, solve_apart = request.param
+    (SOLVE_APART), with its gate in a kernel of its own (GATE_APART) and Akk in the input dtype (AKK_BF16),
+    must give the same results; the scan is shared."""
+    prep_full, solve_apart, gate_apart, akk_bf16 = request.param
     return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), PREP_FULL=prep_full,
-                              SOLVE_APART=solve_apart)
+                              SOLVE_APART=solve_apart, GATE_APART=gate_apart, AKK_BF16=akk_bf16)
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:
@@ -48,13 +56,22 @@ def test_solution_passes_tolerance(solution: ModuleType, d: dict[str, int], seed
     _check(solution, make_inputs(d, seed, "cpu", torch.float32))
 
 
+def _gate_at_bound_inputs(tail: int, last_at_bound: bool, device: str = "cpu",
+                          dtype: torch.dtype = torch.float32) -> tuple:
+    """T = 3 chunks + tail, every gate at -5 for 160 steps (chunk 1 whole); with last_at_bound the last chunk too."""
+    q, k, v, g_raw, beta, A_log, dt_bias, h0 = make_inputs(dims(1, 3 * CHUNK + tail, 2, 32, 32, 1), 2, device,
+                                                           dtype)
+    g_raw = g_raw.clone()
+    g_raw[:, 10:170] = 50.0
+    if last_at_bound:
+        g_raw[:, 3 * CHUNK:] = 50.0
+    return q, k, v, g_raw, beta, A_log, dt_bias, h0
+
+
 @interpreted
 def test_gate_at_bound_stays_finite_and_matches(solution: ModuleType) -> None:
     """Every gate at -5 for 160 steps (chunk 1 whole): an uncentred split needs e^315, sub-blocks e^75."""
-    d = dims(1, 3 * CHUNK + 10, 2, 32, 32, 1)
-    q, k, v, g_raw, beta, A_log, dt_bias, h0 = make_inputs(d, 2, "cpu", torch.float32)
-    g_raw = g_raw.clone()
-    g_raw[:, 10:170] = 50.0
+    q, k, v, g_raw, beta, A_log, dt_bias, h0 = _gate_at_bound_inputs(10, last_at_bound=False)
     inputs = (q, k, v, g_raw, beta, A_log, dt_bias, h0)
     assert float(kda_gate(g_raw, A_log, dt_bias)[:, CHUNK:2 * CHUNK].max()) <= -5.0 + 1e-5
     o, s = solution.entry(*inputs)
@@ -76,11 +93,41 @@ def test_no_future_gate_leaks_into_earlier_outputs(solution: ModuleType, t0: int
     assert not torch.equal(o1[:, t0:], o2[:, t0:])
 
 
+@interpreted
+@pytest.mark.parametrize(("switches", "case"), [
+    ({"SOLVE_APART": 0, "GATE_APART": 1, "AKK_BF16": 0}, "odd"),
+    ({"SOLVE_APART": 0, "GATE_APART": 1, "AKK_BF16": 0}, "bound"),
+    ({"SOLVE_APART": 1, "GATE_APART": 0, "AKK_BF16": 1}, "odd"),
+    ({"SOLVE_APART": 1, "GATE_APART": 1, "AKK_BF16": 1}, "bound"),
+], ids=["gate-apart-solve-inside-odd", "gate-apart-solve-inside-bound", "akk-bf16-odd", "gate-apart-akk-bf16-bound"])
+def test_new_switches_pass(tmp_path: Path, switches: dict[str, int], case: str) -> None:
+    """GATE_APART (here with the solve inside) and AKK_BF16 each without the other (the fixture's variant with
+    both runs every test above), and the gate kernel's padding: the gate at its bound over the whole last chunk
+    of 40 rows, whose G past T must be G_last (0 there gives e^200 from the sub-block's centre) and whose centre
+    past T (row 48) must be finite. In float32 Akk stays float32 (the input dtype): AKK_BF16's bf16 path is
+    checked in test_gpu_bf16_solution_passes and test_gpu_akk_bf16_gives_the_same_outputs."""
+    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, **switches)
+    if case == "odd":
+        _check(module, make_inputs(PROBLEM.dims("odd"), 0, "cpu", torch.float32))
+    else:
+        inputs = _gate_at_bound_inputs(40, last_at_bound=True)
+        o, s = module.entry(*inputs)
+        assert bool(torch.isfinite(o).all() and torch.isfinite(s).all())
+        _check(module, inputs)
+
+
 def test_full_tile_prep_refuses_fewer_than_eight_warps(tmp_path: Path) -> None:
     """At 4 warps the full-tile prep kernel with its solve inside was wrong on the H200 (and without it is
     unchecked there): a clear error, not a wrong answer."""
     module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, NUM_WARPS_PREP=4)
     with pytest.raises(ValueError, match="NUM_WARPS_PREP >= 8"):
+        module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
+
+
+def test_akk_bf16_refuses_other_inverse_precisions(tmp_path: Path) -> None:
+    """Akk in the input dtype only loses nothing where the inverse rounds it to that dtype anyway ("input")."""
+    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, SOLVE_APART=1, AKK_BF16=1, INV_PRECISION="tf32")
+    with pytest.raises(ValueError, match="AKK_BF16 = 1 needs INV_PRECISION = 'input'"):
         module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
 
 
@@ -106,4 +153,88 @@ def test_gpu_bf16_solution_passes(solution: ModuleType, shape: str, seed: int) -
     for name, o, r in zip(PROBLEM.output_names, out, ref):
         ok, err = within(o, r, PROBLEM.tolerance_for(name))
         print(f"{shape} {name}: rel_err {err:.2e}")
+        assert ok, (name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("shape", ["small", "odd", "mid"])
+def test_gpu_akk_bf16_gives_the_same_outputs(tmp_path: Path, shape: str) -> None:
+    """With the "input" inverse, Akk stored in bf16 gives the inverse the operands it rounded from float32 before
+    (round to nearest even both times): o and the final state bit for bit as with Akk in float32."""
+    from tools import guard
+
+    inputs = PROBLEM.inputs(shape, 0, "cuda")
+    outs = []
+    for akk_bf16 in (0, 1):
+        module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, SOLVE_APART=1, AKK_BF16=akk_bf16,
+                                    INV_PRECISION="input")
+        with guard.candidate_guard():
+            outs.append(module.entry(*inputs))
+    for x, y in zip(*outs):
+        assert torch.equal(x, y)
+
+
+def test_the_gluon_prep_compiles_for_hopper_without_spills(tmp_path: Path) -> None:
+    """PREP_GLUON = 2 takes the Gluon prep kernel on any device, so compile records it on the CPU: at the bench
+    head size (BK = 128, 32 registers a [64, 128] float32 tile) and at the odd shape's K = 16 (one key column a
+    thread)."""
+    from tools.compiler import compile_candidate
+
+    source = SOLUTION.read_text()
+    assert "\nPREP_GLUON = 1\n" in source
+    source = source.replace("\nPREP_GLUON = 1\n", "\nPREP_GLUON = 2\n")
+    for shape in ("bench", "odd"):
+        r = compile_candidate("kda", source, shape, cache_dir=tmp_path)
+        assert r["ok"], r["errors"]
+        prep = next(k for k in r["kernels"] if k["name"] == "kda_chunk_prep_gluon_kernel")
+        assert prep["uses_wgmma"] and prep["num_warps"] == 8, prep
+        assert prep["spill_bytes"] == 0, prep
+        assert not any(k["name"] == "kda_chunk_prep_full_kernel" for k in r["kernels"])
+
+
+def test_the_cpu_never_takes_the_gluon_prep() -> None:
+    """The interpreter cannot run Gluon: with the default PREP_GLUON = 1 a CPU input takes the Triton kernel."""
+    from tests.candidates import load_candidate
+
+    solution = load_candidate(SOLUTION)
+    q = make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.bfloat16)[0]
+    assert solution.PREP_GLUON == 1
+    assert not solution._takes_gluon_prep(q)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tail", [10, 40])
+def test_gpu_gate_at_bound_stays_finite(tail: int) -> None:
+    """The default kernels on the GPU (the Gluon prep) with every gate at -5 for 160 steps and over the whole
+    last chunk (its centre rows past T): finite, and within the bf16 tolerance of the reference."""
+    from tests.candidates import load_candidate
+    from tools import guard
+
+    solution = load_candidate(SOLUTION)
+    inputs = _gate_at_bound_inputs(tail, last_at_bound=True, device="cuda", dtype=torch.bfloat16)
+    with guard.candidate_guard():
+        out = solution.entry(*inputs)
+    assert all(bool(torch.isfinite(o).all()) for o in out)
+    ref = PROBLEM.reference(*inputs)
+    for name, o, r in zip(PROBLEM.output_names, out, ref):
+        ok, err = within(o, r, PROBLEM.tolerance_for(name))
+        assert ok, (name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("shape", ["small", "odd", "mid"])
+def test_gpu_triton_prep_still_passes(tmp_path: Path, shape: str) -> None:
+    """PREP_GLUON = 0: the Triton full-tile prep, the path the CPU takes, stays right on the GPU too."""
+    from tools import guard
+
+    module = configured_variant(SOLUTION, tmp_path, PREP_GLUON=0)
+    inputs = PROBLEM.inputs(shape, 0, "cuda")
+    with guard.candidate_guard():
+        out = module.entry(*inputs)
+    ref = PROBLEM.reference(*inputs)
+    for name, o, r in zip(PROBLEM.output_names, out, ref):
+        ok, err = within(o, r, PROBLEM.tolerance_for(name))
         assert ok, (name, err)

@@ -10,7 +10,14 @@
    (nilpotent products for the diagonal blocks, then one block-lower correction); 7% faster on the H200.
    With SOLVE_APART = 1 (the default) the inverse and the W, U products run in `kda_chunk_solve_kernel`,
    which reads Akk (float32) and beta k e^G back from memory: a 4-warp CTA with under half the prep
-   kernel's registers, so two of its CTAs share an SM where the prep kernel runs one.
+   kernel's registers, so two of its CTAs share an SM where the prep kernel runs one. With AKK_BF16 = 1
+   Akk travels in the input dtype instead (the "input" inverse rounds it to that dtype anyway).
+   With GATE_APART = 1 (full-tile prep only) `kda_gate_cumsum_kernel`, a light kernel before it, computes
+   the gate and its within-chunk cumulative sum G (float32); the prep kernel then reads G, its centres and
+   G_last as rows from memory instead of taking the sigmoid, the cumsum and six sums along time.
+   On a GPU (16-bit inputs) the full-tile prep runs as `kda_chunk_prep_gluon_kernel` (PREP_GLUON), the same
+   outputs from a kernel written in Gluon: its layout keeps each key column's 64 rows inside one warp, so
+   the sums along time are shuffles, and the score products read operands written once to shared memory.
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
@@ -24,11 +31,12 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench, per kernel): prep 668 us, solve 126 us, scan 211 us (in one kernel the prep and solve took 947 us,
-and the scan 291 us with two stages). The prep kernel, at one 8-warp CTA an SM (255 registers), is
-latency-bound: `marathon hotspots` puts 24% of its stall samples on cross-warp reductions (shared-memory
-queue), 20% on the four centre products, 9% on their column factors. The scan waits on its loads and its
-products' barriers; the four value-block programs of a head each read the key-side tiles out of L2.
+bench, per kernel): Gluon prep 377 us, solve 101 us, scan 217 us (the Triton full-tile prep 668 us, 390 us
+with its gate apart; in one kernel the prep and solve took 947 us, and the scan 291 us with two stages).
+The Triton prep kernel, at one 8-warp CTA an SM (255 registers), was latency-bound on its cross-warp
+reductions along time (`marathon hotspots`: 24% of its stall samples, shared-memory queue), which is what
+the Gluon layout and the gate apart each remove. The scan waits on its loads and its products' barriers;
+the four value-block programs of a head each read the key-side tiles out of L2.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
@@ -65,6 +76,31 @@ PREP_FULL = 1
 # the H200: prep and solve 947 -> 670 + 198 us (tf32 inverse); the solve at 8 warps (one CTA an SM) 350 us,
 # capped at 168 registers 195 us.
 SOLVE_APART = 1
+# The full-tile prep (with its solve apart) written in Gluon, kda_chunk_prep_gluon_kernel: the same outputs, with a
+# layout that keeps each key column's 64 rows inside one warp (the cumulative gate, G_last and the centres reduce
+# by shuffles, not across warps through shared memory) and the score products' operands written once to shared
+# memory. Measured at bench on the H200: prep 668.5 -> 371-377 us (BENCHMARKS.md). 0: never; 1: on a GPU with 16-bit
+# inputs (the interpreter cannot run Gluon: the CPU takes kda_chunk_prep_full_kernel); 2: always (to compile it
+# without a GPU). GATE_APART does not apply to it (it forms the gate itself).
+PREP_GLUON = 1
+# The Triton full-tile prep's gate apart (1): kda_gate_cumsum_kernel (NUM_WARPS_GATE warps, GATE_BK columns a
+# program, many CTAs an SM) writes G, the within-chunk cumulative gate, in float32 ([B, T, H, K], rows < T), and the
+# prep kernel reads G, G_last (the chunk's last valid row) and the centres (rows 0, 16, 32, 48) from memory: no
+# sigmoid, no cumsum and none of the six sums along time (G_last, C4, c0..c3), which in Triton's layout cross warps
+# through shared memory. The cost: 192 MB more DRAM traffic at bench (G in float32 written and read back in place of
+# g_raw in bf16) and one more launch. Measured at bench on the H200 (PREP_GLUON = 0): prep 668 -> 390 us, the gate
+# kernel 55 us. The Gluon prep forms the gate itself (its time-axis sums stay inside a warp): there it does not apply.
+# Ignored with PREP_FULL = 0, as SOLVE_APART is (the sub-block prep has no such reductions).
+GATE_APART = 1
+NUM_WARPS_GATE = 4
+GATE_BK = 64  # columns of K a gate program (at most the padded K): [64, 64] float32, 32 values a thread at 4 warps
+# Akk between the prep and the solve kernel (SOLVE_APART = 1) in the input dtype (1, bf16 on the GPU) instead of
+# float32 (0). With INV_PRECISION = "input" the inverse rounds the operands it makes of Akk to the input dtype anyway
+# (o and the final state came out bit for bit the same on the H200 at small, odd and mid), and Akk in bf16 saves
+# 64 MB written and 64 MB read at bench: the solve kernel 126.4 -> 101.4 us (153 registers against 186), the prep
+# +6 us. entry() refuses it with any other INV_PRECISION (those keep float32 operands on purpose); ignored where
+# Akk is not stored (PREP_FULL = 0 or SOLVE_APART = 0).
+AKK_BF16 = 1
 # Warps of the solve kernel where K and V (padded to powers of two) are both at least 64. Below that (the small
 # and odd check shapes) it runs at 8: at 4 warps Triton 3.6 miscompiles its products with N = 16 or 32 columns
 # on sm_90 (wrong W and U on the H200, right in the interpreter, memcheck clean; `benchmarks/kda_check_small.py
@@ -85,10 +121,16 @@ SCORES_FP32 = False
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
 TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3], "PREP_FULL": [0, 1],
               "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
-              "MAXNREG_SOLVE": [None, 168, 128]}
+              "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1]}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)
+
+
+@triton.jit
+def _gate(graw, a, bias, m, LOWER: tl.constexpr):
+    """The KDA gate g = LOWER * sigmoid(a (g_raw + dt_bias)), 0 where m is false (padding rows and columns)."""
+    return tl.where(m, LOWER * tl.sigmoid(a * (graw + bias[None, :])), 0.0)
 
 
 @triton.jit
@@ -114,7 +156,7 @@ def _sub_front(q_c, k_c, g_c, beta_c, qg_c, sub, t0, T, H, a, bias, scale, prefi
     beta = tl.load(beta_c + roff, mask=mask_r, other=0.0).to(tl.float32)
     q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
     k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
-    g = tl.where(m, LOWER * tl.sigmoid(a * (graw + bias[None, :])), 0.0)
+    g = _gate(graw, a, bias, m, LOWER)
 
     cs = tl.cumsum(g, 0)
     first = tl.sum(tl.where(offs_r[:, None] == 0, g, 0.0), 0)
@@ -338,6 +380,39 @@ def kda_chunk_prep_kernel(
 
 
 @triton.jit
+def kda_gate_cumsum_kernel(
+    g_ptr, a_log_ptr, dt_bias_ptr, gcs_ptr,
+    T, H,
+    K: tl.constexpr, BK: tl.constexpr, LOWER: tl.constexpr,
+):
+    """GATE_APART = 1: the gate and its within-chunk cumulative sum G, float32, for one chunk, (batch, head) and
+    block of BK columns; rows past T add g = 0 and are not stored (the prep kernel fills them with G_last)."""
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_h = i_bh % H
+    offs_t = tl.arange(0, 64)
+    offs_k = tl.program_id(2) * BK + tl.arange(0, BK)
+    mask_k = offs_k < K
+    m = (i_t * 64 + offs_t < T)[:, None] & mask_k[None, :]
+    row0 = ((i_bh // H).to(tl.int64) * T + i_t * 64) * H + i_h
+    rk = (offs_t * H)[:, None] * K + offs_k[None, :]
+    a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
+    bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    graw = tl.load(g_ptr + row0 * K + rk, mask=m, other=0.0).to(tl.float32)
+    tl.store(gcs_ptr + row0 * K + rk, tl.cumsum(_gate(graw, a, bias, m, LOWER), 0), mask=m)
+
+
+@triton.jit
+def _g_rows(g_c, rows, n_valid, g_last, offs_k, mask_k, H, K: tl.constexpr):
+    """Rows `rows` of the chunk's G (from kda_gate_cumsum_kernel; a row index or a column of them), G_last
+    where a row is at or past n_valid = T - t0: the value the cumsum with g = 0 gives there, finite, and on
+    rows whose q, k and beta are 0."""
+    valid = rows < n_valid
+    x = tl.load(g_c + rows * H * K + offs_k, mask=valid & mask_k, other=0.0)
+    return tl.where(valid, x, g_last)
+
+
+@triton.jit
 def _centre_scores(krf, qrf, k, G, c, offs_t, akk, aqk, lo: tl.constexpr, dt: tl.constexpr):
     """Add Akk and Aqk rows lo..lo+15 for the centre c = G at row lo. The row factors (in krf, qrf) are
     re-centred per row's own sub-block; the column factor k_j e^(c - G_j) is formed only for j < lo + 16
@@ -386,9 +461,11 @@ def kda_chunk_prep_full_kernel(
     T, H, NT, scale,
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, V_PAD: tl.constexpr,
     LOWER: tl.constexpr, EPS: tl.constexpr, INV_PRECISION: tl.constexpr, SOLVE_APART: tl.constexpr,
+    GATE_APART: tl.constexpr,
 ):
     """The same outputs as kda_chunk_prep_kernel (with SOLVE_APART, W holds beta k e^G and U is left to
-    kda_chunk_solve_kernel), computed on whole 64-row tiles (tensor-core sized).
+    kda_chunk_solve_kernel), computed on whole 64-row tiles (tensor-core sized). With GATE_APART, g_ptr is
+    G from kda_gate_cumsum_kernel (float32) instead of g_raw, and a_log_ptr, dt_bias_ptr are not read.
 
     Scores: four 64-row products, one per sub-block centre, each on its own 16 rows (4x the
     multiply-adds of 16-row blocks, in place of their operand replication and dependent chain). The
@@ -413,27 +490,47 @@ def kda_chunk_prep_full_kernel(
     rk = (offs_t * H)[:, None] * K + offs_k[None, :]
     rv = (offs_t * H)[:, None] * V + offs_v[None, :]
 
-    a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
-    bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-    graw = tl.load(g_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-    beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
-    q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
-    k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
-    g = tl.where(mk, LOWER * tl.sigmoid(a * (graw + bias[None, :])), 0.0)
-    G = tl.cumsum(g, 0)  # padding rows add 0: the last row is G_last
-    g_last = tl.sum(g, 0)
+    if GATE_APART:
+        # G, G_last and the centres as rows of kda_gate_cumsum_kernel's G: loads in place of the sigmoid, the
+        # cumsum and the sums along time below (across warps). Rows past T (not stored there) take G_last, as the
+        # cumsum with g = 0 gives them below; the chunk's row 0 is always valid.
+        g_c = g_ptr + row0 * K
+        n_valid = T - i_t * 64
+        g_last = tl.load(g_c + tl.minimum(n_valid - 1, 63) * H * K + offs_k, mask=mask_k, other=0.0)
+        G = _g_rows(g_c, offs_t[:, None], n_valid, g_last[None, :], offs_k[None, :], mask_k[None, :], H, K)
+        centre = _g_rows(g_c, (offs_t // 16 * 16)[:, None], n_valid, g_last[None, :], offs_k[None, :],
+                         mask_k[None, :], H, K)  # each row's own centre, gathered
+        c0 = tl.load(g_c + offs_k, mask=mask_k, other=0.0)
+        c1 = _g_rows(g_c, 16, n_valid, g_last, offs_k, mask_k, H, K)
+        c2 = _g_rows(g_c, 32, n_valid, g_last, offs_k, mask_k, H, K)
+        c3 = _g_rows(g_c, 48, n_valid, g_last, offs_k, mask_k, H, K)
+        q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+        beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
+        q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
+        k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+    else:
+        a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
+        bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+        graw = tl.load(g_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+        beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
+        q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
+        k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
+        g = _gate(graw, a, bias, mk, LOWER)
+        G = tl.cumsum(g, 0)  # padding rows add 0: the last row is G_last
+        g_last = tl.sum(g, 0)
 
-    # The centres c_I = G at rows 0, 16, 32, 48 in one reduction over a [4, 16, BK] view (the four rows picked
-    # from each sub-block) in place of one reduction a centre: 13 us less at bench on the H200 (BENCHMARKS.md).
-    C4 = tl.sum(tl.where(tl.arange(0, 16)[None, :, None] == 0, tl.reshape(G, (4, 16, BK)), 0.0), 1)
-    centre = tl.reshape(tl.broadcast_to(C4[:, None, :], (4, 16, BK)), (64, BK))  # each row's own centre
-    blk = tl.arange(0, 4)[:, None]
-    c0 = tl.sum(tl.where(blk == 0, C4, 0.0), 0)
-    c1 = tl.sum(tl.where(blk == 1, C4, 0.0), 0)
-    c2 = tl.sum(tl.where(blk == 2, C4, 0.0), 0)
-    c3 = tl.sum(tl.where(blk == 3, C4, 0.0), 0)
+        # The centres c_I = G at rows 0, 16, 32, 48 in one reduction over a [4, 16, BK] view (the four rows picked
+        # from each sub-block) in place of one reduction a centre: 13 us less at bench on the H200 (BENCHMARKS.md).
+        C4 = tl.sum(tl.where(tl.arange(0, 16)[None, :, None] == 0, tl.reshape(G, (4, 16, BK)), 0.0), 1)
+        centre = tl.reshape(tl.broadcast_to(C4[:, None, :], (4, 16, BK)), (64, BK))  # each row's own centre
+        blk = tl.arange(0, 4)[:, None]
+        c0 = tl.sum(tl.where(blk == 0, C4, 0.0), 0)
+        c1 = tl.sum(tl.where(blk == 1, C4, 0.0), 0)
+        c2 = tl.sum(tl.where(blk == 2, C4, 0.0), 0)
+        c3 = tl.sum(tl.where(blk == 3, C4, 0.0), 0)
     # Everything that needs q or e^G is formed and stored here, so that only k and G stay live
     # through the scores (register pressure: each [64, 128] float32 tile is 32 registers a thread at 8 warps).
     rf = tl.exp(G - centre)  # <= 1
@@ -459,12 +556,136 @@ def kda_chunk_prep_full_kernel(
     tl.store(decay_ptr + decay_off + offs_k, tl.exp(g_last), mask=mask_k)
 
     if SOLVE_APART:
-        # Left to kda_chunk_solve_kernel: Akk in float32 (the inverse's input), beta k e^G in W's place.
-        tl.store(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_, akk)
+        # Left to kda_chunk_solve_kernel: Akk in float32 (the inverse's input; the input dtype with AKK_BF16),
+        # beta k e^G in W's place.
+        tl.store(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_,
+                 akk.to(akk_ptr.dtype.element_ty))
         tl.store(w_ptr + row0 * K + rk, bkg, mask=mk)
     else:
         t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION, dt).to(dt)
         _solve_w_u(t_inv, bkg, beta, v_ptr + row0 * V, w_ptr + row0 * K, u_ptr + row0 * V, rk, rv, mk, mv)
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _centre_columns(k, G, c, offs_t, I: gl.constexpr, dt: gl.constexpr):
+    """k_j e^(c - G_j) for rows j up to the end of sub-block I (<= e^75 at the gate bound), zero after it."""
+    keep = offs_t[:, None] < 16 * I + 16
+    return gl.where(keep, k * gl.exp(gl.where(keep, c[None, :] - G, 0.0)), 0.0).to(dt)
+
+
+@gluon.jit
+def _pick(c0, c1, c2, c3, I: gl.constexpr):
+    """Centre I of four (I a compile-time constant)."""
+    c = c0
+    if I == 1:
+        c = c1
+    if I == 2:
+        c = c2
+    if I == 3:
+        c = c3
+    return c
+
+
+@gluon.jit
+def kda_chunk_prep_gluon_kernel(
+    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+    w_ptr, qg_ptr, kd_ptr, aqk_ptr, decay_ptr, akk_ptr,
+    T, H, NT, scale,
+    K: gl.constexpr, BK: gl.constexpr, LOWER: gl.constexpr, EPS: gl.constexpr,
+):
+    """kda_chunk_prep_full_kernel with SOLVE_APART (the same outputs), its layouts chosen for its reductions.
+
+    Each warp owns BK / 8 key columns and all 64 rows (16 lanes x 4 rows): the cumulative gate, G_last and
+    the four centres reduce along time inside a warp (shuffles), not across warps through shared memory as
+    in Triton's layout; only the two L2 norms cross warps. The score products read their operands from
+    shared memory written once: [k; q] e^(G - c_own) as one 128-row A (the two warpgroups take Akk's and
+    Aqk's rows), and the four centres' column factors as four B tiles; each product's rows outside its
+    centre's sub-block are discarded."""
+    L: gl.constexpr = gl.BlockedLayout([4, BK // 16], [16, 2], [1, 8], [1, 0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, L)
+    COLS: gl.constexpr = gl.SliceLayout(0, L)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])
+    dt: gl.constexpr = q_ptr.dtype.element_ty
+    A_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([128, BK], dt)
+    B_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BK], dt)
+
+    i_t = gl.program_id(0)
+    i_bh = gl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    offs_t = gl.arange(0, 64, layout=ROWS)
+    offs_k = gl.arange(0, BK, layout=COLS)
+    mask_t = i_t * 64 + offs_t < T
+    mask_k = offs_k < K
+    mk = mask_t[:, None] & mask_k[None, :]
+    row0 = (i_b.to(gl.int64) * T + i_t * 64) * H + i_h  # the chunk's first token in [B * T * H]
+    rk = (offs_t * H)[:, None] * K + offs_k[None, :]
+
+    a = gl.exp(gl.load(a_log_ptr + i_h).to(gl.float32))
+    bias = gl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(gl.float32)
+    q = gl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(gl.float32)
+    k = gl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(gl.float32)
+    graw = gl.load(g_ptr + row0 * K + rk, mask=mk, other=0.0).to(gl.float32)
+    beta = gl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(gl.float32)
+    q = q * (scale * gl.rsqrt(gl.sum(q * q, axis=1) + EPS))[:, None]
+    k = k * gl.rsqrt(gl.sum(k * k, axis=1) + EPS)[:, None]
+    # The gate's sigmoid with the fast division (div.full.f32, 2 ulp) in place of the IEEE-rounded one.
+    g = gl.where(mk, gl.fdiv(LOWER, 1.0 + gl.exp(-a * (graw + bias[None, :]))), 0.0)
+    G = gl.associative_scan(g, 0, _add)  # padding rows add 0: the last row is G_last
+    g_last = gl.sum(g, axis=0)
+    t2 = offs_t[:, None]
+    c0 = gl.sum(gl.where(t2 == 0, G, 0.0), axis=0)
+    c1 = gl.sum(gl.where(t2 == 16, G, 0.0), axis=0)
+    c2 = gl.sum(gl.where(t2 == 32, G, 0.0), axis=0)
+    c3 = gl.sum(gl.where(t2 == 48, G, 0.0), axis=0)
+    blk = t2 // 16
+    centre = gl.where(blk == 0, c0[None, :], gl.where(blk == 1, c1[None, :], gl.where(blk == 2, c2[None, :],
+                                                                                       c3[None, :])))
+    # In an order that ends each [64, BK] tile's life early (each is 32 registers a thread at BK = 128).
+    rf = gl.exp(G - centre)  # <= 1
+    e_g = rf * gl.exp(centre)  # e^G; underflows only below e^-87
+    a_smem = gl.allocate_shared_memory(dt, [128, BK], A_SMEM)
+    gl.store(qg_ptr + row0 * K + rk, (q * e_g).to(dt), mask=mk)
+    a_smem.slice(64, 64).store((q * rf).to(dt))
+    gl.store(w_ptr + row0 * K + rk, (beta[:, None] * k * e_g).to(dt), mask=mk)  # beta k e^G, for the solve
+    a_smem.slice(0, 64).store((k * rf).to(dt))
+    gl.store(kd_ptr + row0 * K + rk, (k * gl.exp(g_last[None, :] - G)).to(dt), mask=mk)
+    decay_off = ((i_b.to(gl.int64) * NT + i_t) * H + i_h) * K
+    gl.store(decay_ptr + decay_off + offs_k, gl.exp(g_last), mask=mask_k)
+    b_smem = gl.allocate_shared_memory(dt, [4, 64, BK], B_SMEM)
+    b_smem.index(0).store(_centre_columns(k, G, c0, offs_t, 0, dt))
+    fence_async_shared()
+    gl.thread_barrier()
+
+    # Centre I's product runs on the tensor cores while centre I + 1's column factors are formed and stored.
+    r_m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
+    blk_m = ((r_m % 64) // 16)[:, None]
+    zero = gl.zeros([128, 64], gl.float32, layout=MMA)
+    acc = zero
+    for I in gl.static_range(4):
+        s = warpgroup_mma(a_smem, b_smem.index(I).permute((1, 0)), zero, use_acc=False, is_async=True)
+        if I < 3:
+            b_smem.index(I + 1).store(_centre_columns(k, G, _pick(c0, c1, c2, c3, I + 1), offs_t, I + 1, dt))
+            fence_async_shared()
+            gl.thread_barrier()
+        s = warpgroup_mma_wait(0, deps=[s])
+        acc = gl.where(blk_m == I, s, acc)
+
+    i_m = (r_m % 64)[:, None]
+    j_m = gl.arange(0, 64, layout=gl.SliceLayout(0, MMA))[None, :]
+    is_k = (r_m < 64)[:, None] & (j_m < 64)
+    ok_m = (i_t * 64 + r_m % 64 < T)[:, None] & (j_m < 64)
+    beta_m = gl.load(beta_ptr + row0 + (r_m % 64) * H, mask=i_t * 64 + r_m % 64 < T, other=0.0).to(gl.float32)
+    akk = gl.where(i_m > j_m, acc * beta_m[:, None], 0.0)
+    aqk = gl.where(i_m >= j_m, acc, 0.0)
+    gl.store(akk_ptr + ((i_b.to(gl.int64) * NT + i_t) * H + i_h) * 4096 + i_m * 64 + j_m,
+             akk.to(akk_ptr.dtype.element_ty), mask=is_k)
+    gl.store(aqk_ptr + row0 * 64 + (i_m * H) * 64 + j_m, aqk.to(dt), mask=ok_m & ~is_k)
 
 
 @triton.jit
@@ -501,7 +722,13 @@ def kda_chunk_solve_kernel(
     rv = (offs_t * H)[:, None] * V + offs_v[None, :]
     i_ = offs_t[:, None]
     j_ = offs_t[None, :]
+    # Akk as the prep stored it: float32, or with AKK_BF16 the input dtype, kept so through the "input" inverse,
+    # which rounds every operand to that dtype anyway (D and Akk - D hold Akk's values, I - D is promoted to
+    # float32): the same products, and 153 against 182 registers at bench (sm_90), three CTAs an SM in place of
+    # two. The other precisions take float32 operands (entry() refuses AKK_BF16 with them).
     akk = tl.load(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_)
+    if INV_PRECISION != "input":
+        akk = akk.to(tl.float32)
     dt = w_ptr.dtype.element_ty
     t_inv = _inv_unit_lower_64(akk, i_, j_, INV_PRECISION, dt).to(dt)
     bkg = tl.load(w_ptr + row0 * K + rk, mask=mk, other=0.0)
@@ -561,6 +788,14 @@ def kda_chunk_scan_kernel(
     tl.store(ht_ptr + state_offs, S, mask=mask_s)
 
 
+def _takes_gluon_prep(q: torch.Tensor) -> bool:
+    """Whether the prep runs as kda_chunk_prep_gluon_kernel (PREP_GLUON above): the full-tile prep with its
+    solve apart, 16-bit inputs (its products take them as they are), and a GPU unless forced."""
+    if not (PREP_GLUON and PREP_FULL and SOLVE_APART) or q.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    return q.device.type == "cuda" or PREP_GLUON == 2
+
+
 def entry(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -600,13 +835,34 @@ def entry(
                              f"{NUM_WARPS_PREP}: with its solve inside, Triton 3.6 compiles its U product at 4 warps "
                              f"with an out-of-range shared-memory access (wrong outputs or an illegal address on the "
                              f"H200); without it (SOLVE_APART = 1) 4 warps has not been checked on a GPU")
-        # Akk between the two kernels: [B, NT, H, 64, 64] float32, one contiguous 16 KB tile a chunk and head.
-        akk = torch.empty((B, NT, H, CHUNK, CHUNK), dtype=torch.float32, device=dev) if SOLVE_APART else w
-        kda_chunk_prep_full_kernel[(NT, B * H)](
-            *prep_in, *prep_out, akk, *sizes, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND,
-            EPS=L2NORM_EPS, INV_PRECISION=INV_PRECISION, SOLVE_APART=bool(SOLVE_APART),
-            num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
-        )
+        if SOLVE_APART and AKK_BF16 and INV_PRECISION != "input":
+            raise ValueError(f"AKK_BF16 = 1 needs INV_PRECISION = 'input' (the only inverse that rounds Akk to the "
+                             f"input dtype anyway); INV_PRECISION = {INV_PRECISION!r} keeps float32 operands: "
+                             f"set AKK_BF16 = 0")
+        # Akk between the two kernels: [B, NT, H, 64, 64], float32 (16 KB a chunk and head) or with AKK_BF16 the
+        # input dtype; one contiguous tile a chunk and head.
+        akk_dtype = dtype if AKK_BF16 else torch.float32
+        akk = torch.empty((B, NT, H, CHUNK, CHUNK), dtype=akk_dtype, device=dev) if SOLVE_APART else w
+        gluon_prep = _takes_gluon_prep(q)
+        if GATE_APART and not gluon_prep:
+            # G, the within-chunk cumulative gate, float32 [B, T, H, K]: the prep kernel reads it in g_raw's place.
+            g_cum = torch.empty((B, T, H, K), dtype=torch.float32, device=dev)
+            bk_gate = min(GATE_BK, bk)
+            kda_gate_cumsum_kernel[(NT, B * H, triton.cdiv(K, bk_gate))](
+                g_raw, A_log, dt_bias, g_cum, T, H, K=K, BK=bk_gate, LOWER=LOWER_BOUND, num_warps=NUM_WARPS_GATE,
+            )
+            prep_in = (q, k, v, g_cum, beta, A_log, dt_bias)
+        if gluon_prep:
+            kda_chunk_prep_gluon_kernel[(NT, B * H)](
+                q, k, g_raw, beta, A_log, dt_bias, w, qg, kd, aqk, decay_last, akk, *sizes, K=K, BK=bk,
+                LOWER=LOWER_BOUND, EPS=L2NORM_EPS, num_warps=8,
+            )
+        else:
+            kda_chunk_prep_full_kernel[(NT, B * H)](
+                *prep_in, *prep_out, akk, *sizes, K=K, V=V, BK=bk, V_PAD=v_pad, LOWER=LOWER_BOUND,
+                EPS=L2NORM_EPS, INV_PRECISION=INV_PRECISION, SOLVE_APART=bool(SOLVE_APART),
+                GATE_APART=bool(GATE_APART), num_warps=NUM_WARPS_PREP, maxnreg=MAXNREG_PREP_FULL,
+            )
         if SOLVE_APART:
             kda_chunk_solve_kernel[(NT, B * H)](
                 akk, beta, v, w, u, T, H, NT, K=K, V=V, BK=bk, V_PAD=v_pad, INV_PRECISION=INV_PRECISION,
