@@ -31,7 +31,7 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench, per kernel): Gluon prep 377 us, solve 101 us, scan 217 us (the Triton full-tile prep 668 us, 390 us
+bench, per kernel): Gluon prep 340 us, solve 102 us, scan 216 us (the Triton full-tile prep 668 us, 390 us
 with its gate apart; in one kernel the prep and solve took 947 us, and the scan 291 us with two stages).
 The Triton prep kernel, at one 8-warp CTA an SM (255 registers), was latency-bound on its cross-warp
 reductions along time (`marathon hotspots`: 24% of its stall samples, shared-memory queue), which is what
@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
@@ -79,7 +79,7 @@ SOLVE_APART = 1
 # The full-tile prep (with its solve apart) written in Gluon, kda_chunk_prep_gluon_kernel: the same outputs, with a
 # layout that keeps each key column's 64 rows inside one warp (the cumulative gate, G_last and the centres reduce
 # by shuffles, not across warps through shared memory) and the score products' operands written once to shared
-# memory. Measured at bench on the H200: prep 668.5 -> 371-377 us (BENCHMARKS.md). 0: never; 1: on a GPU with 16-bit
+# memory. Measured at bench on the H200: prep 668.5 -> 339.5 us (BENCHMARKS.md). 0: never; 1: on a GPU with 16-bit
 # inputs (the interpreter cannot run Gluon: the CPU takes kda_chunk_prep_full_kernel); 2: always (to compile it
 # without a GPU). GATE_APART does not apply to it (it forms the gate itself).
 PREP_GLUON = 1
@@ -572,23 +572,22 @@ def _add(a, b):
 
 
 @gluon.jit
-def _centre_columns(k, G, c, offs_t, I: gl.constexpr, dt: gl.constexpr):
-    """k_j e^(c - G_j) for rows j up to the end of sub-block I (<= e^75 at the gate bound), zero after it."""
-    keep = offs_t[:, None] < 16 * I + 16
-    return gl.where(keep, k * gl.exp(gl.where(keep, c[None, :] - G, 0.0)), 0.0).to(dt)
-
-
-@gluon.jit
-def _pick(c0, c1, c2, c3, I: gl.constexpr):
-    """Centre I of four (I a compile-time constant)."""
-    c = c0
-    if I == 1:
-        c = c1
-    if I == 2:
-        c = c2
-    if I == 3:
-        c = c3
-    return c
+def _centre_factor(c0, c1, c2, c3, blk, I: gl.constexpr):
+    """e^(c_I - c_J) on the rows of sub-block J <= I (at most 1: the gate is negative), 0 on later rows: turns
+    the column factors k e^(c_own - G) into centre I's k e^(c_I - G) with no exponential a value."""
+    one = gl.full_like(c0, 1.0)
+    if I == 0:
+        f = gl.where(blk == 0, one[None, :], 0.0)
+    elif I == 1:
+        f = gl.where(blk == 0, gl.exp(c1 - c0)[None, :], gl.where(blk == 1, one[None, :], 0.0))
+    elif I == 2:
+        f = gl.where(blk == 0, gl.exp(c2 - c0)[None, :],
+                     gl.where(blk == 1, gl.exp(c2 - c1)[None, :], gl.where(blk == 2, one[None, :], 0.0)))
+    else:
+        f = gl.where(blk == 0, gl.exp(c3 - c0)[None, :],
+                     gl.where(blk == 1, gl.exp(c3 - c1)[None, :], gl.where(blk == 2, gl.exp(c3 - c2)[None, :],
+                                                                             one[None, :])))
+    return f
 
 
 @gluon.jit
@@ -610,6 +609,7 @@ def kda_chunk_prep_gluon_kernel(
     ROWS: gl.constexpr = gl.SliceLayout(1, L)
     COLS: gl.constexpr = gl.SliceLayout(0, L)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])
+    OUT: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [8, 1], [1, 0])  # [128, 64]: 8 contiguous values a thread
     dt: gl.constexpr = q_ptr.dtype.element_ty
     A_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([128, BK], dt)
     B_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BK], dt)
@@ -658,22 +658,18 @@ def kda_chunk_prep_gluon_kernel(
     decay_off = ((i_b.to(gl.int64) * NT + i_t) * H + i_h) * K
     gl.store(decay_ptr + decay_off + offs_k, gl.exp(g_last), mask=mask_k)
     b_smem = gl.allocate_shared_memory(dt, [4, 64, BK], B_SMEM)
-    b_smem.index(0).store(_centre_columns(k, G, c0, offs_t, 0, dt))
+    kc = k * gl.exp(centre - G)  # k e^(c_own - G): at most e^75 at the gate bound
+    for I in gl.static_range(4):
+        b_smem.index(I).store((kc * _centre_factor(c0, c1, c2, c3, blk, I)).to(dt))
     fence_async_shared()
     gl.thread_barrier()
 
-    # Centre I's product runs on the tensor cores while centre I + 1's column factors are formed and stored.
     r_m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
     blk_m = ((r_m % 64) // 16)[:, None]
     zero = gl.zeros([128, 64], gl.float32, layout=MMA)
     acc = zero
     for I in gl.static_range(4):
-        s = warpgroup_mma(a_smem, b_smem.index(I).permute((1, 0)), zero, use_acc=False, is_async=True)
-        if I < 3:
-            b_smem.index(I + 1).store(_centre_columns(k, G, _pick(c0, c1, c2, c3, I + 1), offs_t, I + 1, dt))
-            fence_async_shared()
-            gl.thread_barrier()
-        s = warpgroup_mma_wait(0, deps=[s])
+        s = warpgroup_mma(a_smem, b_smem.index(I).permute((1, 0)), zero, use_acc=False)
         acc = gl.where(blk_m == I, s, acc)
 
     i_m = (r_m % 64)[:, None]
@@ -683,9 +679,19 @@ def kda_chunk_prep_gluon_kernel(
     beta_m = gl.load(beta_ptr + row0 + (r_m % 64) * H, mask=i_t * 64 + r_m % 64 < T, other=0.0).to(gl.float32)
     akk = gl.where(i_m > j_m, acc * beta_m[:, None], 0.0)
     aqk = gl.where(i_m >= j_m, acc, 0.0)
-    gl.store(akk_ptr + ((i_b.to(gl.int64) * NT + i_t) * H + i_h) * 4096 + i_m * 64 + j_m,
-             akk.to(akk_ptr.dtype.element_ty), mask=is_k)
-    gl.store(aqk_ptr + row0 * 64 + (i_m * H) * 64 + j_m, aqk.to(dt), mask=ok_m & ~is_k)
+    akk_c = akk_ptr + ((i_b.to(gl.int64) * NT + i_t) * H + i_h) * 4096
+    if akk_ptr.dtype.element_ty == dt:
+        # Both in one tile (rows 0-63 Akk, 64-127 Aqk) moved to a layout of 16-byte row pieces: the wgmma
+        # layout holds two columns a thread, and its 4-byte stores held the prep up on the store queue.
+        both = gl.convert_layout(gl.where(r_m[:, None] < 64, akk, aqk).to(dt), OUT)
+        r_o = gl.arange(0, 128, layout=gl.SliceLayout(1, OUT))[:, None]
+        j_o = gl.arange(0, 64, layout=gl.SliceLayout(0, OUT))[None, :]
+        gl.store(akk_c + r_o * 64 + j_o, both, mask=(r_o < 64) & (j_o < 64))
+        gl.store(aqk_ptr + row0 * 64 + ((r_o - 64) * H) * 64 + j_o, both,
+                 mask=(r_o >= 64) & (i_t * 64 + r_o - 64 < T) & (j_o < 64))
+    else:
+        gl.store(akk_c + i_m * 64 + j_m, akk.to(akk_ptr.dtype.element_ty), mask=is_k)
+        gl.store(aqk_ptr + row0 * 64 + (i_m * H) * 64 + j_m, aqk.to(dt), mask=ok_m & ~is_k)
 
 
 @triton.jit
