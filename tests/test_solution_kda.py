@@ -238,3 +238,12 @@ def test_gpu_triton_prep_still_passes(tmp_path: Path, shape: str) -> None:
     for name, o, r in zip(PROBLEM.output_names, out, ref):
         ok, err = within(o, r, PROBLEM.tolerance_for(name))
         assert ok, (name, err)
+
+
+def test_one_scan_stage_is_refused_at_large_k(tmp_path: Path) -> None:
+    """At one stage Triton 3.6's scan read shared memory out of bounds at K = 128 on the H200: a clear error
+    before any launch, not an illegal address; at K = 32 (checked right there) it still runs."""
+    module = configured_variant(SOLUTION, tmp_path, NUM_STAGES=1)
+    with pytest.raises(ValueError, match="NUM_STAGES >= 2"):
+        module.entry(*make_inputs(dims(1, 70, 1, 128, 128, 0), 0, "cpu", torch.float32))
+    _check(module, make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))

@@ -54,6 +54,9 @@ NUM_WARPS = 4  # scan kernel
 # waits on these loads (its hotspots: the W load), and 3 measured 291 -> 216 us at bench on the H200 against 2
 # (BENCHMARKS.md); 4 needs more than sm_90's 227 KB of shared memory.
 NUM_STAGES = 3
+# At NUM_STAGES = 1 Triton 3.6 compiles the scan with an out-of-bounds shared-memory read where K = 128 (on the H200,
+# compute-sanitizer: an invalid 1024-byte __shared__ read in the Qg S + Aqk V' line; an illegal address without it;
+# right at K = 32): entry() refuses one stage from K = 64 up (64 itself unchecked).
 NUM_WARPS_PREP = 8  # prep kernel: 4 warps needs more registers a thread (the M = 16 operands replicate per warp)
 # Register cap for the sub-block prep kernel. Uncapped, ptxas takes 227-233 registers without spills (one
 # CTA of 8 warps an SM); 128 gives two CTAs an SM at a few hundred bytes of spills a thread, and measured
@@ -119,7 +122,7 @@ INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
 SCORES_FP32 = False
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
-TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [1, 2, 3], "PREP_FULL": [0, 1],
+TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "PREP_FULL": [0, 1],
               "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
               "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1]}
 LOWER_BOUND = -5.0
@@ -824,6 +827,10 @@ def entry(
     NT = triton.cdiv(T, CHUNK)
     bk = max(16, triton.next_power_of_2(K))  # tl.dot needs every dimension >= 16
     v_pad = max(16, triton.next_power_of_2(V))
+    if NUM_STAGES < 2 and bk >= 64:
+        raise ValueError(f"the scan kernel needs NUM_STAGES >= 2 where K >= 64, not {NUM_STAGES}: at one stage "
+                         f"Triton 3.6 compiles it with an out-of-bounds shared-memory read at K = 128 (an illegal "
+                         f"address on the H200)")
 
     # Intermediates in the input dtype, layout [B, T, H, *] like the inputs; decay_last = e^G_last in float32.
     w = torch.empty((B, T, H, K), dtype=dtype, device=dev)
