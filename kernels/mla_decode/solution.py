@@ -68,13 +68,16 @@ WARP_SPECIALIZE = 0
 # two cache tiles in shared memory by TMA, and the next-but-one tile's copy issued as soon as the P.V product
 # that read its buffer has finished, so a copy is in flight through the whole of each step. Triton's pipeliner
 # issues the next tile's copy after the P.V product and waits for it at the top of the next step (its loads
-# overlap only that product: BENCHMARKS.md). 0: never; 1: on a GPU, for 16-bit inputs whose splits walk at
-# least GLUON_MIN_TILES tiles (the interpreter cannot run Gluon: the CPU takes mla_split_kernel); 2: always
-# (to compile it without a GPU).
+# overlap only that product). Measured on the H200 at bench_b64: 286.5 -> 199.0 us (BENCHMARKS.md). 0: never;
+# 1: on a GPU, for 16-bit inputs whose splits walk at least GLUON_MIN_TILES tiles of BLOCK_N tokens (the interpreter
+# cannot run Gluon: the CPU takes mla_split_kernel; at bench, one tile a split, the Gluon kernel took 24.2 us against
+# 20.4); 2: always (to compile it without a GPU).
 USE_GLUON = 1
 GLUON_MIN_TILES = 2
 # The Gluon kernel's cache tile (tokens) and buffers: q (73 KB) and GLUON_STAGES tiles of GLUON_BLOCK_N x 576 must
-# fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4).
+# fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4). Measured at bench_b64 on
+# the H200: 64 x 2 199.2 us, 32 x 3 273.2, 32 x 4 271.4 (a step's fixed cost doubles); not in TUNE_SPACE, whose cross
+# product would pair 64-token tiles with stages that do not fit.
 GLUON_BLOCK_N = 64
 GLUON_STAGES = 2
 TUNE_SPACE = {
@@ -86,8 +89,6 @@ TUNE_SPACE = {
     "PARTIAL_BF16": [0, 1],
     "USE_TMA": [0, 1],
     "USE_GLUON": [0, 1],
-    "GLUON_BLOCK_N": [32, 64],
-    "GLUON_STAGES": [2, 3, 4],
 }
 
 
