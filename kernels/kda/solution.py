@@ -493,6 +493,9 @@ def kda_chunk_prep_full_kernel(
     rk = (offs_t * H)[:, None] * K + offs_k[None, :]
     rv = (offs_t * H)[:, None] * V + offs_v[None, :]
 
+    q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
     if GATE_APART:
         # G, G_last and the centres as rows of kda_gate_cumsum_kernel's G: loads in place of the sigmoid, the
         # cumsum and the sums along time below (across warps). Rows past T (not stored there) take G_last, as the
@@ -507,20 +510,10 @@ def kda_chunk_prep_full_kernel(
         c1 = _g_rows(g_c, 16, n_valid, g_last, offs_k, mask_k, H, K)
         c2 = _g_rows(g_c, 32, n_valid, g_last, offs_k, mask_k, H, K)
         c3 = _g_rows(g_c, 48, n_valid, g_last, offs_k, mask_k, H, K)
-        q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
-        q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
-        k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
     else:
         a = tl.exp(tl.load(a_log_ptr + i_h).to(tl.float32))
         bias = tl.load(dt_bias_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        q = tl.load(q_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
         graw = tl.load(g_ptr + row0 * K + rk, mask=mk, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + row0 + offs_t * H, mask=mask_t, other=0.0).to(tl.float32)
-        q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
-        k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
         g = _gate(graw, a, bias, mk, LOWER)
         G = tl.cumsum(g, 0)  # padding rows add 0: the last row is G_last
         g_last = tl.sum(g, 0)
@@ -534,6 +527,8 @@ def kda_chunk_prep_full_kernel(
         c1 = tl.sum(tl.where(blk == 1, C4, 0.0), 0)
         c2 = tl.sum(tl.where(blk == 2, C4, 0.0), 0)
         c3 = tl.sum(tl.where(blk == 3, C4, 0.0), 0)
+    q = q * (scale * tl.math.rsqrt(tl.sum(q * q, 1) + EPS))[:, None]
+    k = k * tl.math.rsqrt(tl.sum(k * k, 1) + EPS)[:, None]
     # Everything that needs q or e^G is formed and stored here, so that only k and G stay live
     # through the scores (register pressure: each [64, 128] float32 tile is 32 registers a thread at 8 warps).
     rf = tl.exp(G - centre)  # <= 1
