@@ -119,11 +119,23 @@ def test_the_gluon_split_kernel_compiles_for_hopper_without_spills(tmp_path: Pat
     assert split["grid"] == [2, 64]
 
 
-def test_the_cpu_never_takes_the_gluon_kernel(solution: ModuleType) -> None:
-    """The interpreter cannot run Gluon: with the default USE_GLUON = 1 a CPU input takes the Triton kernel."""
-    q, kv = PROBLEM.inputs("small", 0, "cpu")
+def test_which_inputs_take_the_gluon_kernel(solution: ModuleType, tmp_path: Path) -> None:
+    """The interpreter cannot run Gluon: with the default USE_GLUON = 1 a CPU input takes the Triton kernel, even
+    in bf16 with long splits. Forced (USE_GLUON = 2), bf16 contiguous inputs take it, and what its descriptors
+    cannot address does not: float32, a mixed dtype, a non-contiguous or misaligned view, and splits that end
+    inside a Gluon tile."""
+    q, kv = (x.to(torch.bfloat16) for x in PROBLEM.inputs("small", 0, "cpu"))
+    long_split = 64 * solution.BLOCK_N
     assert solution.USE_GLUON == 1
-    assert not solution._takes_gluon(q, kv, 64 * solution.BLOCK_N)
+    assert not solution._takes_gluon(q, kv, long_split)
+    forced = variant(tmp_path, USE_GLUON=2)
+    assert forced._takes_gluon(q, kv, long_split)
+    assert not forced._takes_gluon(q.float(), kv.float(), long_split)
+    assert not forced._takes_gluon(q, kv.half(), long_split)
+    assert not forced._takes_gluon(q.transpose(0, 1), kv, long_split)
+    misaligned = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape)
+    assert misaligned.is_contiguous() and not forced._takes_gluon(misaligned, kv, long_split)
+    assert not forced._takes_gluon(q, kv, long_split + forced.GLUON_BLOCK_N // 2)
 
 
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

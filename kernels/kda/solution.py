@@ -15,9 +15,10 @@
    With GATE_APART = 1 (full-tile prep only) `kda_gate_cumsum_kernel`, a light kernel before it, computes
    the gate and its within-chunk cumulative sum G (float32); the prep kernel then reads G, its centres and
    G_last as rows from memory instead of taking the sigmoid, the cumsum and six sums along time.
-   On a GPU (16-bit inputs) the full-tile prep runs as `kda_chunk_prep_gluon_kernel` (PREP_GLUON), the same
-   outputs from a kernel written in Gluon: its layout keeps each key column's 64 rows inside one warp, so
-   the sums along time are shuffles, and the score products read operands written once to shared memory.
+   On a GPU (bf16 inputs, SOLVE_APART = 1) the full-tile prep runs as `kda_chunk_prep_gluon_kernel`
+   (PREP_GLUON), the same outputs from a kernel written in Gluon: its layout keeps each key column's 64 rows
+   inside one warp, so the sums along time are shuffles, and the score products read operands written once
+   to shared memory.
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
@@ -90,9 +91,10 @@ PREP_GLUON = 1
 # program, many CTAs an SM) writes G, the within-chunk cumulative gate, in float32 ([B, T, H, K], rows < T), and the
 # prep kernel reads G, G_last (the chunk's last valid row) and the centres (rows 0, 16, 32, 48) from memory: no
 # sigmoid, no cumsum and none of the six sums along time (G_last, C4, c0..c3), which in Triton's layout cross warps
-# through shared memory. The cost: 192 MB more DRAM traffic at bench (G in float32 written and read back in place of
-# g_raw in bf16) and one more launch. Measured at bench on the H200 (PREP_GLUON = 0): prep 668 -> 390 us, the gate
-# kernel 55 us. The Gluon prep forms the gate itself (its time-axis sums stay inside a warp): there it does not apply.
+# through shared memory. The cost: 256 MiB more DRAM traffic at bench (G in float32 written by the gate kernel and
+# read by the prep in place of g_raw) and one more launch. Measured at bench on the H200 (PREP_GLUON = 0): prep
+# 668 -> 390 us, the gate kernel 55 us. The Gluon prep forms the gate itself (its time-axis sums stay inside a
+# warp): there it does not apply.
 # Ignored with PREP_FULL = 0, as SOLVE_APART is (the sub-block prep has no such reductions).
 GATE_APART = 1
 NUM_WARPS_GATE = 4
@@ -100,7 +102,7 @@ GATE_BK = 64  # columns of K a gate program (at most the padded K): [64, 64] flo
 # Akk between the prep and the solve kernel (SOLVE_APART = 1) in the input dtype (1, bf16 on the GPU) instead of
 # float32 (0). With INV_PRECISION = "input" the inverse rounds the operands it makes of Akk to the input dtype anyway
 # (o and the final state came out bit for bit the same on the H200 at small, odd and mid), and Akk in bf16 saves
-# 64 MB written and 64 MB read at bench: the solve kernel 126.4 -> 101.4 us (153 registers against 186), the prep
+# 32 MiB written and 32 MiB read at bench: the solve kernel 126.4 -> 101.4 us (153 registers against 186), the prep
 # +6 us. entry() refuses it with any other INV_PRECISION (those keep float32 operands on purpose); ignored where
 # Akk is not stored (PREP_FULL = 0 or SOLVE_APART = 0).
 AKK_BF16 = 1
@@ -110,7 +112,7 @@ AKK_BF16 = 1
 # --set SOLVE_WARPS_SMALL_N=4`), the fault behind the full-tile prep's 4-warp refusal in entry().
 NUM_WARPS_SOLVE = 4
 SOLVE_WARPS_SMALL_N = 8
-MAXNREG_SOLVE: int | None = None  # register cap of the solve kernel (uncapped at 4 warps: 186 with the bf16 inverse)
+MAXNREG_SOLVE: int | None = None  # solve kernel's register cap (uncapped at 4 warps: 153 with AKK_BF16, 186 without)
 # Precision of the full-tile inverse's ten matmuls: "input" (operands rounded to the input dtype, bf16 on the GPU,
 # float32 accumulation), or float32 operands at "tf32" (one tensor-core pass), "tf32x3" (about float32 accuracy,
 # three passes: 2136 against 1250 us in all at bench) or "ieee" (no tensor cores). The inverse is rounded to the
@@ -566,6 +568,7 @@ def kda_chunk_prep_full_kernel(
 
 @gluon.jit
 def _add(a, b):
+    """The cumulative gate's combine (Gluon has no cumsum of its own: an associative scan with this)."""
     return a + b
 
 
@@ -672,6 +675,7 @@ def kda_chunk_prep_gluon_kernel(
 
     i_m = (r_m % 64)[:, None]
     j_m = gl.arange(0, 64, layout=gl.SliceLayout(0, MMA))[None, :]
+    # (& (j_m < 64), always true, broadcasts a row mask to the tile's shape.)
     is_k = (r_m < 64)[:, None] & (j_m < 64)
     ok_m = (i_t * 64 + r_m % 64 < T)[:, None] & (j_m < 64)
     beta_m = gl.load(beta_ptr + row0 + (r_m % 64) * H, mask=i_t * 64 + r_m % 64 < T, other=0.0).to(gl.float32)
@@ -728,8 +732,9 @@ def kda_chunk_solve_kernel(
     j_ = offs_t[None, :]
     # Akk as the prep stored it: float32, or with AKK_BF16 the input dtype, kept so through the "input" inverse,
     # which rounds every operand to that dtype anyway (D and Akk - D hold Akk's values, I - D is promoted to
-    # float32): the same products, and 153 against 182 registers at bench (sm_90), three CTAs an SM in place of
-    # two. The other precisions take float32 operands (entry() refuses AKK_BF16 with them).
+    # float32): the same products, and 153 against 186 registers at bench (sm_90), three CTAs an SM in place of
+    # two. The other precisions take float32 operands (entry() refuses AKK_BF16 with them, so this cast only
+    # meets float32 Akk: a guard, should that refusal go).
     akk = tl.load(akk_ptr + ((i_b.to(tl.int64) * NT + i_t) * H + i_h) * 4096 + i_ * 64 + j_)
     if INV_PRECISION != "input":
         akk = akk.to(tl.float32)
@@ -794,8 +799,8 @@ def kda_chunk_scan_kernel(
 
 def _takes_gluon_prep(q: torch.Tensor) -> bool:
     """Whether the prep runs as kda_chunk_prep_gluon_kernel (PREP_GLUON above): the full-tile prep with its
-    solve apart, 16-bit inputs (its products take them as they are), and a GPU unless forced."""
-    if not (PREP_GLUON and PREP_FULL and SOLVE_APART) or q.dtype not in (torch.bfloat16, torch.float16):
+    solve apart, bf16 inputs (its products take them as they are), and a GPU unless forced."""
+    if not (PREP_GLUON and PREP_FULL and SOLVE_APART) or q.dtype != torch.bfloat16:
         return False
     return q.device.type == "cuda" or PREP_GLUON == 2
 
@@ -818,6 +823,10 @@ def entry(
             raise ValueError(f"{name} must be contiguous")
     if initial_state is not None and not initial_state.is_contiguous():
         raise ValueError("initial_state must be contiguous")
+    if q.dtype == torch.float16:
+        raise ValueError("float16 cannot hold the re-centred column factors k e^(c - G) the score products take in the "
+                         "input dtype (up to e^75 with the gate at its bound; float16 ends near e^11): use bf16 or "
+                         "float32")
     dev, dtype = q.device, q.dtype
     NT = triton.cdiv(T, CHUNK)
     bk = max(16, triton.next_power_of_2(K))  # tl.dot needs every dimension >= 16

@@ -222,10 +222,11 @@ def mla_split_gluon_kernel(
 ):
     """mla_split_kernel's program (one split, 64 heads of a batch element) with its pipeline explicit.
 
-    q [B * H, 576] and the cache [B * S, 576] are read by TMA (host-side descriptors: 64-row tiles of the
-    512 latent and the 64 rope columns). STAGES buffers: tile i + STAGES's copy is issued into tile i's
-    buffers as soon as the P.V product that read them has finished, so copies are in flight through every
-    step (with two stages, one tile's copy has the whole of step i + 1 to land). Rows
+    q [B * H, 576] and the cache [B * S, 576] are read by TMA (host-side descriptors: boxes of 64 heads' or
+    GLUON_BLOCK_N tokens' rows, of the 512 latent and of the 64 rope columns). STAGES buffers: tile
+    i + STAGES's copy is issued into tile i's buffers as soon as the P.V product that read them has finished,
+    so copies are in flight through every step (with two stages, one tile's copy has the whole of step i + 1
+    to land). Rows
     of a tile past this split's end are masked out of the softmax (past B * S the copy fills zeros); heads
     past H (a head block running into the next batch element's rows) are computed and not stored.
     Eight warps: each wgmma's M is the 64 heads of one warpgroup, the two warpgroups split the N columns
@@ -370,12 +371,16 @@ def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
 
 def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bool:
     """Whether the split runs as mla_split_gluon_kernel (USE_GLUON above). Its layouts are written for 64 heads a
-    program at 8 warps; its descriptors view q and the cache as 2-D row-major tensors of 16-bit values."""
-    if not USE_GLUON or BLOCK_H != 64 or NUM_WARPS != 8:
+    program (it runs at 8 warps whatever NUM_WARPS, which is the Triton kernel's); its descriptors view q and the
+    cache as 2-D row-major tensors of one 16-bit dtype whose start TMA can address (16-byte aligned), and its
+    tiles must end where a split does (splits of whole GLUON_BLOCK_N tiles)."""
+    if not USE_GLUON or BLOCK_H != 64 or tokens_per_split % GLUON_BLOCK_N:
         return False
     if USE_GLUON == 1 and (q.device.type != "cuda" or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
         return False
-    return q.dtype in (torch.bfloat16, torch.float16) and q.is_contiguous() and kv.is_contiguous()
+    if q.dtype not in (torch.bfloat16, torch.float16) or kv.dtype != q.dtype:
+        return False
+    return q.is_contiguous() and kv.is_contiguous() and q.data_ptr() % 16 == 0 and kv.data_ptr() % 16 == 0
 
 
 def _gluon_descriptors(q: torch.Tensor, kv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
