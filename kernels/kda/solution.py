@@ -83,7 +83,7 @@ SOLVE_APART = 1
 # The full-tile prep (with its solve apart) written in Gluon, kda_chunk_prep_gluon_kernel: the same outputs, with a
 # layout that keeps each key column's 64 rows inside one warp (the cumulative gate, G_last and the centres reduce
 # by shuffles, not across warps through shared memory) and the score products' operands written once to shared
-# memory. Measured at bench on the H200: prep 668.5 -> 339.5 us (BENCHMARKS.md). 0: never; 1: on a GPU with 16-bit
+# memory. Measured at bench on the H200: prep 668.5 -> 339.5 us (BENCHMARKS.md). 0: never; 1: on a GPU with bf16
 # inputs (the interpreter cannot run Gluon: the CPU takes kda_chunk_prep_full_kernel); 2: always (to compile it
 # without a GPU). GATE_APART does not apply to it (it forms the gate itself).
 PREP_GLUON = 1
@@ -675,9 +675,6 @@ def kda_chunk_prep_gluon_kernel(
 
     i_m = (r_m % 64)[:, None]
     j_m = gl.arange(0, 64, layout=gl.SliceLayout(0, MMA))[None, :]
-    # (& (j_m < 64), always true, broadcasts a row mask to the tile's shape.)
-    is_k = (r_m < 64)[:, None] & (j_m < 64)
-    ok_m = (i_t * 64 + r_m % 64 < T)[:, None] & (j_m < 64)
     beta_m = gl.load(beta_ptr + row0 + (r_m % 64) * H, mask=i_t * 64 + r_m % 64 < T, other=0.0).to(gl.float32)
     akk = gl.where(i_m > j_m, acc * beta_m[:, None], 0.0)
     aqk = gl.where(i_m >= j_m, acc, 0.0)
@@ -691,7 +688,10 @@ def kda_chunk_prep_gluon_kernel(
         gl.store(akk_c + r_o * 64 + j_o, both, mask=(r_o < 64) & (j_o < 64))
         gl.store(aqk_ptr + row0 * 64 + ((r_o - 64) * H) * 64 + j_o, both,
                  mask=(r_o >= 64) & (i_t * 64 + r_o - 64 < T) & (j_o < 64))
-    else:
+    else:  # Akk in float32 (AKK_BF16 = 0): two stores from the wgmma layout
+        # (& (j_m < 64), always true, broadcasts a row mask to the tile's shape.)
+        is_k = (r_m < 64)[:, None] & (j_m < 64)
+        ok_m = (i_t * 64 + r_m % 64 < T)[:, None] & (j_m < 64)
         gl.store(akk_c + i_m * 64 + j_m, akk.to(akk_ptr.dtype.element_ty), mask=is_k)
         gl.store(aqk_ptr + row0 * 64 + (i_m * H) * 64 + j_m, aqk.to(dt), mask=ok_m & ~is_k)
 

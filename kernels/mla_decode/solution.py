@@ -226,9 +226,9 @@ def mla_split_gluon_kernel(
     GLUON_BLOCK_N tokens' rows, of the 512 latent and of the 64 rope columns). STAGES buffers: tile
     i + STAGES's copy is issued into tile i's buffers as soon as the P.V product that read them has finished,
     so copies are in flight through every step (with two stages, one tile's copy has the whole of step i + 1
-    to land). Rows
-    of a tile past this split's end are masked out of the softmax (past B * S the copy fills zeros); heads
-    past H (a head block running into the next batch element's rows) are computed and not stored.
+    to land). Rows of a tile past this split's end are masked out of the softmax (past B * S the copy fills
+    zeros); heads past H (a head block running into the next batch element's rows) are computed and not
+    stored. The epilogue is _write_split's in Gluon (a @gluon.jit kernel cannot call a @triton.jit helper).
     Eight warps: each wgmma's M is the 64 heads of one warpgroup, the two warpgroups split the N columns
     (32 of the scores' 64 tokens, 256 of the output's 512 columns each)."""
     BLOCK_H: gl.constexpr = q_desc.block_type.shape[0]
@@ -384,7 +384,8 @@ def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bo
 
 
 def _gluon_descriptors(q: torch.Tensor, kv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
-    """TMA descriptors of q [B * H, 576] and the cache [B * S, 576]: latent and rope column blocks, 64-row tiles."""
+    """TMA descriptors of q [B * H, 576] and the cache [B * S, 576]: latent and rope column blocks, in boxes of
+    BLOCK_H heads and GLUON_BLOCK_N tokens."""
     dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     q2 = q.reshape(-1, D_LATENT + D_ROPE)
     kv2 = kv.reshape(-1, D_LATENT + D_ROPE)
