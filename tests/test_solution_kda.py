@@ -12,7 +12,7 @@ import torch
 
 from kernels.kda.problem import PROBLEM, make_inputs
 from kernels.kda.reference import CHUNK, kda_gate
-from tests.candidates import configured_variant, interpreted
+from tests.candidates import configured_variant, interpreted, load_candidate
 from tests.test_problem_kda import check_float32_kernel, dims, within
 
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
@@ -194,7 +194,6 @@ def test_the_gluon_prep_compiles_for_hopper_without_spills(tmp_path: Path) -> No
 
 def test_the_cpu_never_takes_the_gluon_prep() -> None:
     """The interpreter cannot run Gluon: with the default PREP_GLUON = 1 a CPU input takes the Triton kernel."""
-    from tests.candidates import load_candidate
 
     solution = load_candidate(SOLUTION)
     q = make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.bfloat16)[0]
@@ -208,7 +207,6 @@ def test_the_cpu_never_takes_the_gluon_prep() -> None:
 def test_gpu_gate_at_bound_stays_finite(tail: int) -> None:
     """The default kernels on the GPU (the Gluon prep) with every gate at -5 for 160 steps and over the whole
     last chunk (its centre rows past T): finite, and within the bf16 tolerance of the reference."""
-    from tests.candidates import load_candidate
     from tools import guard
 
     solution = load_candidate(SOLUTION)
@@ -241,7 +239,6 @@ def test_gpu_triton_prep_still_passes(tmp_path: Path, shape: str) -> None:
 
 def test_float16_is_refused() -> None:
     """float16 overflows on the re-centred column factors (up to e^75): a clear error, not NaN."""
-    from tests.candidates import load_candidate
 
     solution = load_candidate(SOLUTION)
     with pytest.raises(ValueError, match="float16 cannot hold"):
@@ -255,3 +252,76 @@ def test_one_scan_stage_is_refused_at_large_k(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="NUM_STAGES >= 2"):
         module.entry(*make_inputs(dims(1, 70, 1, 128, 128, 0), 0, "cpu", torch.float32))
     _check(module, make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
+
+
+def test_the_gluon_scan_compiles_for_hopper_without_spills(tmp_path: Path) -> None:
+    """USE_GLUON_SCAN = 2 takes the Gluon scan on any device, so compile records it on the CPU (as for 132 SMs):
+    32 value columns on one warpgroup at bench, 128 on four at bench_h96, each within sm_90's shared memory."""
+    from tools.compiler import compile_candidate
+
+    source = SOLUTION.read_text()
+    assert "\nUSE_GLUON_SCAN = 1\n" in source
+    source = source.replace("\nUSE_GLUON_SCAN = 1\n", "\nUSE_GLUON_SCAN = 2\n")
+    for shape, warps, stages in (("bench", 4, 3), ("bench_h96", 16, 2)):
+        r = compile_candidate("kda", source, shape, cache_dir=tmp_path)
+        assert r["ok"], r["errors"]
+        scan = next(k for k in r["kernels"] if k["name"] == "kda_chunk_scan_gluon_kernel")
+        assert scan["uses_wgmma"] and scan["uses_tma"] and scan["spill_bytes"] == 0, scan
+        assert scan["num_warps"] == warps and scan["constexprs"]["STAGES"] == stages, scan
+        assert not any(k["name"] == "kda_chunk_scan_kernel" for k in r["kernels"])
+
+
+@pytest.mark.parametrize(
+    ("d", "dtype", "takes"),
+    [
+        (dims(1, 77, 2, 128, 128, 1), torch.bfloat16, True),  # one sequence: past T the TMA tile reads zeros
+        (dims(2, 128, 2, 64, 64, 0), torch.bfloat16, True),
+        (dims(2, 77, 2, 128, 128, 1), torch.bfloat16, False),  # a chunk would run into the next sequence
+        (dims(1, 64, 2, 32, 32, 0), torch.bfloat16, False),  # K = 32: the state update's M below 64
+        (dims(1, 64, 2, 128, 48, 0), torch.bfloat16, False),  # V not a multiple of 32
+        (dims(1, 64, 2, 128, 128, 0), torch.float32, False),
+    ],
+    ids=["one-sequence", "whole-chunks", "ragged-batch", "k32", "v48", "float32"],
+)
+def test_which_inputs_take_the_gluon_scan(tmp_path: Path, d: dict[str, int], dtype: torch.dtype,
+                                          takes: bool) -> None:
+    q = make_inputs(d, 0, "cpu", dtype)[0]
+    assert not load_candidate(SOLUTION)._takes_gluon_scan(q, d["V"])  # never on the CPU by default
+    forced = configured_variant(SOLUTION, tmp_path, USE_GLUON_SCAN=2)
+    assert forced._takes_gluon_scan(q, d["V"]) is takes
+
+
+def test_the_gluon_scan_fills_one_wave() -> None:
+    """The value block is the narrowest whose programs fit the SMs (here the CPU's stand-in, 132)."""
+    solution = load_candidate(SOLUTION)
+    for (b, h, v), expected in {(1, 32, 128): (32, 3), (1, 96, 128): (128, 2), (2, 16, 128): (32, 3),
+                                (1, 64, 128): (64, 2), (4, 96, 128): (128, 2), (1, 32, 96): (32, 3)}.items():
+        q = torch.empty((b, 64, h, 128), dtype=torch.bfloat16)
+        assert solution._gluon_scan_config(q, v) == expected, (b, h, v)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("block_v", [32, 64, 128])
+@pytest.mark.parametrize("d", [dims(1, 200, 2, 128, 128, 1), dims(2, 256, 3, 128, 128, 1), dims(1, 130, 2, 64, 64, 0)],
+                         ids=["one-sequence-ragged", "two-sequences", "k64"])
+def test_gpu_gluon_scan_matches_the_reference_and_the_triton_scan(tmp_path: Path, block_v: int,
+                                                                 d: dict[str, int]) -> None:
+    """Each value block of the Gluon scan: within tolerance of the reference, and close to the Triton scan on
+    the same prep (the same products in another order: float32 sums differ in rounding only)."""
+    from tools import guard
+
+    if d["V"] % block_v:
+        pytest.skip("the value block does not divide V")
+    inputs = make_inputs(d, 0, "cuda", torch.bfloat16)
+    outs = []
+    for use in (1, 0):
+        module = configured_variant(SOLUTION, tmp_path, USE_GLUON_SCAN=use, GLUON_SCAN_BV=block_v)
+        assert module._takes_gluon_scan(inputs[0], d["V"]) is bool(use)
+        with guard.candidate_guard():
+            outs.append(module.entry(*inputs))
+    ref = PROBLEM.reference(*inputs)
+    for name, o, t, r in zip(PROBLEM.output_names, *outs, ref):
+        ok, err = within(o, r, PROBLEM.tolerance_for(name))
+        assert ok, (name, err)
+        assert torch.allclose(o.float(), t.float(), rtol=2e-2, atol=2e-3), (name, (o.float() - t.float()).abs().max())

@@ -22,7 +22,10 @@
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
-   pipeliner prefetches them (NUM_STAGES - 1 chunks ahead).
+   pipeliner prefetches them (NUM_STAGES - 1 chunks ahead). On a GPU (bf16, K 64 or 128) the scan runs as
+   `kda_chunk_scan_gluon_kernel` (USE_GLUON_SCAN): TMA-fed stages, the two products of S issued together and
+   only W S awaited before V', e^G_last loaded a chunk ahead, and one to four warpgroups a program sharing the
+   key-side tiles, as many value columns as keep the grid in one wave.
 
 Re-centring: exp(G_i - G_j) is split as exp(G_i - c) exp(c - G_j) with c the cumulative gate at the first
 row of i's sub-block of 16, so no factor passes e^75 even with every gate at its -5 bound (a centre at
@@ -32,22 +35,31 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench, per kernel): Gluon prep 340 us, solve 102 us, scan 216 us (the Triton full-tile prep 668 us, 390 us
-with its gate apart; in one kernel the prep and solve took 947 us, and the scan 291 us with two stages).
+bench, per kernel): Gluon prep 340 us, solve 102 us, Gluon scan 135 us (the Triton scan 216 us, 291 us with two
+stages; the Triton full-tile prep 668 us, 390 us with its gate apart; in one kernel the prep and solve 947 us).
 The Triton prep kernel, at one 8-warp CTA an SM (255 registers), was latency-bound on its cross-warp
 reductions along time (`marathon hotspots`: 24% of its stall samples, shared-memory queue), which is what
-the Gluon layout and the gate apart each remove. The scan waits on its loads and its products' barriers;
-the four value-block programs of a head each read the key-side tiles out of L2.
+the Gluon layout and the gate apart each remove. The Triton scan waited on its products' barriers (each
+awaited before the next was issued) and on e^G_last, loaded in the loop: what the Gluon scan reorders.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
@@ -123,10 +135,24 @@ INV_PRECISION = "input"
 INV_PRODUCT = 1
 # Scores Akk / Aqk from float32 (tf32 on the GPU) instead of input-dtype operands: a precision knob.
 SCORES_FP32 = False
+# The scan written in Gluon (kda_chunk_scan_gluon_kernel): the same products with TMA-fed stages, W S and Qg S
+# issued together, Kdᵀ V' and Aqk V' issued together, and e^G_last loaded a chunk ahead (the Triton scan's state
+# update waited on that load: its hotspots, long_sb on the update line). 0: never; 1: on a GPU with bf16 inputs
+# (_takes_gluon_scan); 2: always (to compile it without a GPU).
+USE_GLUON_SCAN = 1
+# Value columns a Gluon scan program (32, 64 or 128: one warpgroup per 32, sharing the key-side tiles of a stage).
+# None: the fewest whose grid fits in one wave on the GPU's SMs, as measured at bench and bench_h96 on the H200
+# (BENCHMARKS.md): 128 programs of 32 columns at bench 134.6 us (64 columns 203.8, 128 columns 380.9), and at
+# bench_h96 96 programs of 128 columns 361.6 us (384 of 32 in three waves 395.2, 192 of 64 in two 410.2).
+GLUON_SCAN_BV: int | None = None
+# Chunks in shared memory: None: 3 at 32 columns (60 KB a stage; 2 measured 150.2 against 134.6 us at bench),
+# 2 above (64 KB a stage at 64 columns, where 2 measured faster than 3; 72 KB at 128, where 3 do not fit).
+GLUON_SCAN_STAGES: int | None = None
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
 TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "PREP_FULL": [0, 1],
               "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
-              "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1]}
+              "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1],
+              "USE_GLUON_SCAN": [0, 1], "GLUON_SCAN_BV": [None, 32, 64, 128]}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)
@@ -797,12 +823,167 @@ def kda_chunk_scan_kernel(
     tl.store(ht_ptr + state_offs, S, mask=mask_s)
 
 
+@gluon.jit
+def _issue_chunk(w_desc, qg_desc, kd_desc, u_desc, aqk_desc, row, col_k, col_v, col_a, bar,
+                 w_dst, qg_dst, kd_dst, u_dst, aqk_dst):
+    """One chunk's scan operands into a stage's buffers; `bar` completes when all five land."""
+    mbarrier.expect(bar, w_desc.block_type.nbytes + qg_desc.block_type.nbytes + kd_desc.block_type.nbytes
+                    + u_desc.block_type.nbytes + aqk_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [row, col_k], bar, w_dst)
+    tma.async_copy_global_to_shared(qg_desc, [row, col_k], bar, qg_dst)
+    tma.async_copy_global_to_shared(kd_desc, [row, col_k], bar, kd_dst)
+    tma.async_copy_global_to_shared(u_desc, [row, col_v], bar, u_dst)
+    tma.async_copy_global_to_shared(aqk_desc, [row, col_a], bar, aqk_dst)
+
+
+@gluon.jit
+def kda_chunk_scan_gluon_kernel(
+    w_desc, qg_desc, kd_desc, u_desc, aqk_desc, o_desc, decay_ptr, h0_ptr, ht_ptr,
+    T, H, NT,
+    V: gl.constexpr, STAGES: gl.constexpr, HAS_INITIAL_STATE: gl.constexpr,
+):
+    """kda_chunk_scan_kernel's program with its pipeline and product order explicit (USE_GLUON_SCAN).
+
+    W, Qg, Kd [B * T, H * K], U [B * T, H * V] and Aqk [B * T, H * 64] are read by TMA in chunk tiles, STAGES
+    chunks ahead; a stage's buffers are refilled as soon as the products that read them are done. In a chunk
+    the products run in the order of the state's chain: W S and Qg S are issued together and only W S is
+    awaited; V' = U - W S goes to shared memory; Kdᵀ V' (onto e^G_last S) and Aqk V' (onto Qg S) are issued
+    together. e^G_last is loaded a chunk ahead into registers (Triton's scan loaded it in the loop and its
+    state update waited on it). O leaves by TMA from shared memory. One warpgroup per 32 value columns
+    (BLOCK_V = 32 x warps / 4): several warpgroups share the key-side tiles of a stage.
+    Rows past T read as zeros (the last batch element, past the tensor's end) or are never read (T a multiple
+    of 64 where B > 1: entry() sends other cases to the Triton scan)."""
+    K: gl.constexpr = w_desc.block_type.shape[1]
+    BLOCK_V: gl.constexpr = u_desc.block_type.shape[1]
+    WG: gl.constexpr = BLOCK_V // 32
+    dt: gl.constexpr = w_desc.dtype
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, 32, 16])
+    S_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([K, BLOCK_V], dt)
+    V_SMEM: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_V], dt)
+
+    i_v = gl.program_id(0)
+    i_bh = gl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    row0 = i_b * T
+    col_k = i_h * K
+    col_v = i_h * V + i_v * BLOCK_V
+    col_a = i_h * 64
+
+    w_smem = gl.allocate_shared_memory(dt, [STAGES, 64, K], w_desc.layout)
+    qg_smem = gl.allocate_shared_memory(dt, [STAGES, 64, K], qg_desc.layout)
+    kd_smem = gl.allocate_shared_memory(dt, [STAGES, 64, K], kd_desc.layout)
+    u_smem = gl.allocate_shared_memory(dt, [STAGES, 64, BLOCK_V], u_desc.layout)
+    aqk_smem = gl.allocate_shared_memory(dt, [STAGES, 64, 64], aqk_desc.layout)
+    s_smem = gl.allocate_shared_memory(dt, [K, BLOCK_V], S_SMEM)
+    vn_smem = gl.allocate_shared_memory(dt, [64, BLOCK_V], V_SMEM)
+    o_smem = gl.allocate_shared_memory(dt, [64, BLOCK_V], o_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(STAGES):
+        mbarrier.init(ready.index(j), count=1)
+    fence_async_shared()
+    for j in gl.static_range(STAGES):
+        if j < NT:
+            _issue_chunk(w_desc, qg_desc, kd_desc, u_desc, aqk_desc, row0 + j * 64, col_k, col_v, col_a,
+                         ready.index(j), w_smem.index(j), qg_smem.index(j), kd_smem.index(j), u_smem.index(j),
+                         aqk_smem.index(j))
+
+    offs_k = gl.arange(0, K, layout=gl.SliceLayout(1, MMA))
+    offs_v = i_v * BLOCK_V + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(0, MMA))
+    state_offs = i_bh.to(gl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+    if HAS_INITIAL_STATE:
+        S = gl.load(h0_ptr + state_offs).to(gl.float32)
+    else:
+        S = gl.zeros([K, BLOCK_V], gl.float32, layout=MMA)
+    zero = gl.zeros([64, BLOCK_V], gl.float32, layout=MMA)
+    decay_row = decay_ptr + (i_b.to(gl.int64) * NT * H + i_h) * K + offs_k
+    decay_next = gl.load(decay_row)
+    for i in range(NT):
+        buf = i % STAGES
+        decay = decay_next
+        decay_next = gl.load(decay_row + gl.minimum(i + 1, NT - 1) * H * K)  # a chunk ahead
+        s_smem.store(S.to(dt))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.wait(ready.index(buf), (i // STAGES) & 1)
+        v = warpgroup_mma(w_smem.index(buf), s_smem, zero, use_acc=False, is_async=True)
+        o = warpgroup_mma(qg_smem.index(buf), s_smem, zero, use_acc=False, is_async=True)
+        v = warpgroup_mma_wait(1, deps=[v])
+        v_new = (u_smem.index(buf).load(MMA).to(gl.float32) - v).to(dt)
+        vn_smem.store(v_new)
+        fence_async_shared()
+        gl.thread_barrier()
+        S = warpgroup_mma(kd_smem.index(buf).permute((1, 0)), vn_smem, S * decay[:, None], is_async=True)
+        o = warpgroup_mma(aqk_smem.index(buf), vn_smem, o, is_async=True)
+        S, o = warpgroup_mma_wait(0, deps=[S, o])
+        if i + STAGES < NT:  # the products that read this stage are done
+            _issue_chunk(w_desc, qg_desc, kd_desc, u_desc, aqk_desc, row0 + (i + STAGES) * 64, col_k, col_v,
+                         col_a, ready.index(buf), w_smem.index(buf), qg_smem.index(buf), kd_smem.index(buf),
+                         u_smem.index(buf), aqk_smem.index(buf))
+        tma.store_wait(0)  # the previous chunk's O has left o_smem
+        o_smem.store(o.to(dt))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [row0 + i * 64, col_v], o_smem)
+    tma.store_wait(0)
+    for j in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(j))
+    gl.store(ht_ptr + state_offs, S)
+
+
 def _takes_gluon_prep(q: torch.Tensor) -> bool:
     """Whether the prep runs as kda_chunk_prep_gluon_kernel (PREP_GLUON above): the full-tile prep with its
     solve apart, bf16 inputs (its products take them as they are), and a GPU unless forced."""
     if not (PREP_GLUON and PREP_FULL and SOLVE_APART) or q.dtype != torch.bfloat16:
         return False
     return q.device.type == "cuda" or PREP_GLUON == 2
+
+
+def _takes_gluon_scan(q: torch.Tensor, V: int) -> bool:
+    """Whether the scan runs as kda_chunk_scan_gluon_kernel (USE_GLUON_SCAN above): bf16, K 64 or 128 (the state
+    update's wgmma takes K as its M, a multiple of 64; a TMA box of 64 rows by K), V a multiple of the value block,
+    and T a multiple of 64 unless B = 1 (a chunk's tile must not run into the next batch element's rows: past the
+    tensor's end TMA reads zeros)."""
+    B, T, _, K = q.shape
+    if not USE_GLUON_SCAN or q.dtype != torch.bfloat16 or K not in (64, 128) or V % (GLUON_SCAN_BV or 32):
+        return False
+    if B > 1 and T % CHUNK:
+        return False
+    return q.device.type == "cuda" or USE_GLUON_SCAN == 2
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _gluon_scan_config(q: torch.Tensor, V: int) -> tuple[int, int]:
+    """(value columns a program, stages) of the Gluon scan: GLUON_SCAN_BV and GLUON_SCAN_STAGES, or where None
+    the fewest columns (32, 64, 128, dividing V) whose B * H * V / columns programs fit in one wave (else the
+    most), and 3 stages at 32 columns, 2 above."""
+    B, _, H, _ = q.shape
+    block_v = GLUON_SCAN_BV
+    if block_v is None:
+        sms = _sm_count(q.device.index or 0) if q.device.type == "cuda" else 132
+        fits = [bv for bv in (32, 64, 128) if V % bv == 0]
+        block_v = next((bv for bv in fits if B * H * (V // bv) <= sms), fits[-1])
+    stages = GLUON_SCAN_STAGES or (3 if block_v == 32 else 2)
+    return block_v, stages
+
+
+def _scan_descriptors(w: torch.Tensor, qg: torch.Tensor, kd: torch.Tensor, u: torch.Tensor, aqk: torch.Tensor,
+                      o: torch.Tensor, block_v: int) -> tuple[TensorDescriptor, ...]:
+    """TMA descriptors of the scan's operands as [B * T, H * width] matrices, in boxes of one chunk's rows by K,
+    block_v or 64 columns."""
+    dtype = gl.bfloat16
+
+    def described(t: torch.Tensor, cols: int) -> TensorDescriptor:
+        layout = gl.NVMMASharedLayout.get_default_for([CHUNK, cols], dtype)
+        return TensorDescriptor.from_tensor(t.view(t.shape[0] * t.shape[1], -1), [CHUNK, cols], layout)
+
+    K = w.shape[-1]
+    return (described(w, K), described(qg, K), described(kd, K), described(u, block_v), described(aqk, CHUNK),
+            described(o, block_v))
 
 
 def entry(
@@ -894,6 +1075,14 @@ def entry(
     o = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     final_state = torch.empty((B, H, K, V), dtype=torch.float32, device=dev)
     has_h0 = initial_state is not None
+    if _takes_gluon_scan(q, V):
+        block_v, stages = _gluon_scan_config(q, V)
+        kda_chunk_scan_gluon_kernel[(V // block_v, B * H)](
+            *_scan_descriptors(w, qg, kd, u, aqk, o, block_v), decay_last,
+            initial_state if has_h0 else final_state, final_state, T, H, NT,
+            V=V, STAGES=stages, HAS_INITIAL_STATE=has_h0, num_warps=4 * (block_v // 32),
+        )
+        return o, final_state
     block_v = max(16, min(BV, triton.next_power_of_2(V)))
     kda_chunk_scan_kernel[(triton.cdiv(V, block_v), B * H)](
         w, u, qg, kd, aqk, decay_last, initial_state if has_h0 else final_state,
