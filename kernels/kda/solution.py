@@ -906,10 +906,11 @@ def kda_chunk_scan_gluon_kernel(
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.wait(ready.index(buf), (i // STAGES) & 1)
+        u = u_smem.index(buf).load(MMA).to(gl.float32)  # before the products: its wait overlaps them
         v = warpgroup_mma(w_smem.index(buf), s_smem, zero, use_acc=False, is_async=True)
         o = warpgroup_mma(qg_smem.index(buf), s_smem, zero, use_acc=False, is_async=True)
         v = warpgroup_mma_wait(1, deps=[v])
-        v_new = (u_smem.index(buf).load(MMA).to(gl.float32) - v).to(dt)
+        v_new = (u - v).to(dt)
         vn_smem.store(v_new)
         fence_async_shared()
         gl.thread_barrier()
