@@ -174,33 +174,7 @@ def test_gluon_kernel_on_gpu(tmp_path: Path, shape: str, config: dict[str, int])
     assert verdict["ok"], verdict
 
 
-@pytest.mark.parametrize("shape", ["bench", "small", "odd"])
-def test_programmatic_dependent_launch_gives_the_same_output(tmp_path: Path, shape: str) -> None:
-    """USE_PDL: the combine kernel launched early and held in gdc_wait reads the split kernel's finished partials,
-    so its output is bit for bit the one of the plain launch order, in a loop of calls reusing the memory."""
-    q, kv = PROBLEM.inputs(shape, 0, "cuda")
-    outs = []
-    for use_pdl in (0, 1):
-        module = variant(tmp_path, USE_PDL=use_pdl)
-        with guard.candidate_guard():
-            runs = [module.entry(q, kv) for _ in range(20)]
-        assert all(torch.equal(r, runs[0]) for r in runs)
-        outs.append(runs[-1])
-    assert torch.equal(outs[0], outs[1])
-    verdict = compare(outs[1], PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
-    assert verdict["ok"], verdict
-
-
-def test_the_cpu_never_takes_programmatic_dependent_launch(solution: ModuleType) -> None:
-    """The interpreter has no griddepcontrol: on the CPU both kernels launch plainly (and run, test_split_and_combine
-    above), whatever USE_PDL says."""
-    assert solution.USE_PDL == 1
-    q, kv = PROBLEM.inputs("small", 0, "cpu")
-    assert not solution._uses_pdl(q, kv, *solution.split_plan(1, q.shape[1], kv.shape[1], 132))
-
-
 for _mark in gpu:
     _mark(test_solution_on_gpu)
     _mark(test_tma_variant_on_gpu)
     _mark(test_gluon_kernel_on_gpu)
-    _mark(test_programmatic_dependent_launch_gives_the_same_output)

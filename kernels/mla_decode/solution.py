@@ -38,7 +38,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 D_LATENT = 512  # latent c_kv width: the value and output width
 D_ROPE = 64  # rotary part of q and of each cache row
@@ -81,11 +80,6 @@ GLUON_MIN_TILES = 2
 # product would pair 64-token tiles with stages that do not fit.
 GLUON_BLOCK_N = 64
 GLUON_STAGES = 2
-# 1: the combine kernel by programmatic dependent launch (launch_pdl): it is launched while the Triton split kernel
-# runs (which triggers it at its start) and waits for the split's writes in gdc_wait, so its launch and start
-# overlap the split kernel instead of following it (two launches cost 1.9 us more than one under the profile
-# tool's timing at bench, BENCHMARKS.md fourth round). GPU only.
-USE_PDL = 1
 TUNE_SPACE = {
     "BLOCK_H": [16, 32, 64],
     "BLOCK_N": [32, 64],
@@ -95,7 +89,6 @@ TUNE_SPACE = {
     "PARTIAL_BF16": [0, 1],
     "USE_TMA": [0, 1],
     "USE_GLUON": [0, 1],
-    "USE_PDL": [0, 1],
 }
 
 
@@ -136,10 +129,8 @@ def mla_split_kernel(
     S, H, tokens_per_split, num_splits, qk_scale,
     stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
     D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    DIRECT_OUT: tl.constexpr, PDL: tl.constexpr = False,
+    DIRECT_OUT: tl.constexpr,
 ):
-    if PDL:  # the combine kernel may launch now; it waits for this grid's writes in gdc_wait
-        gdc_launch_dependents()
     split = tl.program_id(0)
     pid_bh = tl.program_id(1)
     head_groups = tl.cdiv(H, BLOCK_H)
@@ -330,7 +321,7 @@ def mla_split_gluon_kernel(
 def mla_combine_kernel(
     part_ptr, lse_ptr, out_ptr,
     H, num_splits, stride_ob, stride_oh,
-    D_LATENT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr = False,
+    D_LATENT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     d0 = tl.program_id(1) * BLOCK_D
@@ -339,8 +330,6 @@ def mla_combine_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_D)
     row0 = pid_bh.to(tl.int64) * num_splits
-    if PDL:  # launched early (programmatic dependent launch): the split kernel's partials must be complete
-        gdc_wait()
 
     # Weights of the splits: 2^(lse_s - max) / sum, over all splits (BLOCK_S >= num_splits).
     lse = tl.load(lse_ptr + row0 + offs_s, mask=offs_s < num_splits, other=-float("inf"))
@@ -394,15 +383,6 @@ def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bo
     return q.is_contiguous() and kv.is_contiguous() and q.data_ptr() % 16 == 0 and kv.data_ptr() % 16 == 0
 
 
-def _uses_pdl(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int, num_splits: int) -> bool:
-    """Whether the combine kernel follows the split kernel by programmatic dependent launch (USE_PDL): on a GPU
-    (the interpreter has no griddepcontrol), behind the Triton split kernel (the one that triggers it), where
-    there is a combine (more than one split)."""
-    if not USE_PDL or num_splits == 1 or q.device.type != "cuda" or USE_TMA:
-        return False
-    return not _takes_gluon(q, kv, tokens_per_split)
-
-
 def _gluon_descriptors(q: torch.Tensor, kv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
     """TMA descriptors of q [B * H, 576] and the cache [B * S, 576]: latent and rope column blocks, in boxes of
     BLOCK_H heads and GLUON_BLOCK_N tokens."""
@@ -436,7 +416,6 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         part = torch.empty((B, H, num_splits, D_LATENT), dtype=part_dtype, device=q.device)
         lse = torch.empty((B, H, num_splits), dtype=torch.float32, device=q.device)
     grid = (num_splits, B * triton.cdiv(H, BLOCK_H))
-    pdl = _uses_pdl(q, kv, tokens_per_split, num_splits)
     args = (q, kv, part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
             q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1))
     consts = dict(D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
@@ -450,12 +429,12 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         triton.set_allocator(_descriptor_scratch)
         mla_split_tma_kernel[grid](*args, WARP_SPECIALIZE=bool(WARP_SPECIALIZE), **consts)
     else:
-        mla_split_kernel[grid](*args, PDL=pdl, **consts)
+        mla_split_kernel[grid](*args, **consts)
     if not direct:
         mla_combine_kernel[(B * H, D_LATENT // COMBINE_BLOCK_D)](
             part, lse, out,
             H, num_splits, out.stride(0), out.stride(1),
-            D_LATENT=D_LATENT, BLOCK_D=COMBINE_BLOCK_D, BLOCK_S=triton.next_power_of_2(num_splits), PDL=pdl,
-            num_warps=4, launch_pdl=pdl,
+            D_LATENT=D_LATENT, BLOCK_D=COMBINE_BLOCK_D, BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=4,
         )
     return out
