@@ -35,7 +35,7 @@ outside a diagonal block, and no centre lies after the row it serves.
 
 The split puts everything that parallelises over chunks before the scan (nearly all exponentials, the
 solve, reading q, k, v, g once); the scan is the only sequential part. Measured on the H200 (BENCHMARKS.md,
-bench, per kernel): Gluon prep 340 us, solve 102 us, Gluon scan 135 us (the Triton scan 216 us, 291 us with two
+bench, per kernel): Gluon prep 338 us, solve 101 us, Gluon scan 128 us (the Triton scan 216 us, 291 us with two
 stages; the Triton full-tile prep 668 us, 390 us with its gate apart; in one kernel the prep and solve 947 us).
 The Triton prep kernel, at one 8-warp CTA an SM (255 registers), was latency-bound on its cross-warp
 reductions along time (`marathon hotspots`: 24% of its stall samples, shared-memory queue), which is what
@@ -61,6 +61,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+# The Triton scan (kda_chunk_scan_kernel), which runs where the Gluon scan does not (USE_GLUON_SCAN below: the CPU,
+# float32, K below 64, a batch whose T is not a multiple of 64).
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
 # Scan kernel: chunks of W, U, Qg, Kd, Aqk in flight ahead of the one in use (60 KB a chunk at BV = 32). The scan
