@@ -280,8 +280,9 @@ def test_the_gluon_scan_compiles_for_hopper_without_spills(tmp_path: Path) -> No
         (dims(1, 64, 2, 32, 32, 0), torch.bfloat16, False),  # K = 32: the state update's M below 64
         (dims(1, 64, 2, 128, 48, 0), torch.bfloat16, False),  # V not a multiple of 32
         (dims(1, 64, 2, 128, 128, 0), torch.float32, False),
+        (dims(1, 0, 2, 128, 128, 0), torch.bfloat16, False),  # no tokens: nothing to walk
     ],
-    ids=["one-sequence", "whole-chunks", "ragged-batch", "k32", "v48", "float32"],
+    ids=["one-sequence", "whole-chunks", "ragged-batch", "k32", "v48", "float32", "empty"],
 )
 def test_which_inputs_take_the_gluon_scan(tmp_path: Path, d: dict[str, int], dtype: torch.dtype,
                                           takes: bool) -> None:
@@ -306,13 +307,16 @@ def test_the_gluon_scan_fills_one_wave() -> None:
     ("d", "block_v"),
     [(dims(1, 200, 2, 128, 128, 1), bv) for bv in (32, 64, 128)]  # one sequence, its last chunk ragged
     + [(dims(2, 256, 3, 128, 128, 1), bv) for bv in (32, 64, 128)]  # two sequences of whole chunks
-    + [(dims(1, 130, 2, 64, 64, 0), bv) for bv in (32, 64)],  # K = 64
-    ids=lambda x: f"bv{x}" if isinstance(x, int) else "B{B}-T{T}-K{K}".format(**x),
+    + [(dims(1, 130, 2, 64, 64, 1), bv) for bv in (32, 64)]  # K = 64
+    + [(dims(1, 40, 2, 128, 128, 1), None),  # one chunk: fewer than the stages
+       (dims(1, 200, 2, 128, 96, 1), None),  # V = 96: three programs of 32 columns
+       (dims(3, 128, 40, 128, 128, 0), None)],  # 480 value blocks: the automatic choice takes 128 columns
+    ids=lambda x: f"bv{x}" if x is None or isinstance(x, int) else "B{B}-T{T}-H{H}-K{K}-V{V}".format(**x),
 )
 def test_gpu_gluon_scan_matches_the_reference_and_the_triton_scan(tmp_path: Path, d: dict[str, int],
-                                                                 block_v: int) -> None:
-    """Each value block of the Gluon scan: within tolerance of the reference, and close to the Triton scan on
-    the same prep (the same products in another order: float32 sums differ in rounding only)."""
+                                                                 block_v: int | None) -> None:
+    """Each value block of the Gluon scan (None: the automatic one): within tolerance of the reference, and close
+    to the Triton scan on the same prep (the same products in another order: float32 sums differ in rounding)."""
     from tools import guard
 
     inputs = make_inputs(d, 0, "cuda", torch.bfloat16)
@@ -320,6 +324,8 @@ def test_gpu_gluon_scan_matches_the_reference_and_the_triton_scan(tmp_path: Path
     for use in (1, 0):
         module = configured_variant(SOLUTION, tmp_path, USE_GLUON_SCAN=use, GLUON_SCAN_BV=block_v)
         assert module._takes_gluon_scan(inputs[0], d["V"]) is bool(use)
+        if block_v is not None:
+            assert module._gluon_scan_config(inputs[0], d["V"])[0] == block_v
         with guard.candidate_guard():
             outs.append(module.entry(*inputs))
     ref = PROBLEM.reference(*inputs)

@@ -22,10 +22,10 @@
 2. `kda_chunk_scan_kernel`, one program per (block of BV value columns, batch * head): walks the chunks
    with its K x BV state slice in float32 registers: V' = U - W S, O = Qg S + Aqk V',
    S <- Diag(e^G_last) S + Kdᵀ V'. Four wgmma matmuls a chunk; the loads do not depend on S, so the
-   pipeliner prefetches them (NUM_STAGES - 1 chunks ahead). On a GPU (bf16, K 64 or 128) the scan runs as
+   pipeliner prefetches them (NUM_STAGES - 1 chunks ahead). On a Hopper GPU (bf16, K 64 or 128) the scan runs as
    `kda_chunk_scan_gluon_kernel` (USE_GLUON_SCAN): TMA-fed stages, the two products of S issued together and
    only W S awaited before V', e^G_last loaded a chunk ahead, and one to four warpgroups a program sharing the
-   key-side tiles, as many value columns as keep the grid in one wave.
+   key-side tiles: the fewest value columns a program whose grid fits in one wave (_gluon_scan_config).
 
 Re-centring: exp(G_i - G_j) is split as exp(G_i - c) exp(c - G_j) with c the cumulative gate at the first
 row of i's sub-block of 16, so no factor passes e^75 even with every gate at its -5 bound (a centre at
@@ -61,8 +61,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# The Triton scan (kda_chunk_scan_kernel), which runs where the Gluon scan does not (USE_GLUON_SCAN below: the CPU,
-# float32, K below 64, a batch whose T is not a multiple of 64).
+# The Triton scan (kda_chunk_scan_kernel), which runs where the Gluon scan does not (_takes_gluon_scan: the CPU and
+# GPUs other than Hopper, float32, K other than 64 or 128, V not a multiple of 32, more than one sequence with T not
+# a multiple of 64).
 BV = 32  # value columns per scan program: the state block is K x BV float32 registers
 NUM_WARPS = 4  # scan kernel
 # Scan kernel: chunks of W, U, Qg, Kd, Aqk in flight ahead of the one in use (60 KB a chunk at BV = 32). The scan
@@ -151,7 +152,8 @@ GLUON_SCAN_BV: int | None = None
 # 2 above (64 KB a stage at 64 columns, where 2 measured faster than 3; 72 KB at 128, where 3 do not fit).
 GLUON_SCAN_STAGES: int | None = None
 # What a tuner may change (client/tuner.py): each name is a module-level constant above.
-TUNE_SPACE = {"BV": [32, 64], "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "PREP_FULL": [0, 1],
+# (The Triton scan's BV, NUM_WARPS and NUM_STAGES are not in it: at bench shapes on a Hopper GPU the Gluon scan runs.)
+TUNE_SPACE = {"PREP_FULL": [0, 1],
               "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
               "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1],
               "USE_GLUON_SCAN": [0, 1], "GLUON_SCAN_BV": [None, 32, 64, 128]}
@@ -919,7 +921,8 @@ def kda_chunk_scan_gluon_kernel(
         S = warpgroup_mma(kd_smem.index(buf).permute((1, 0)), vn_smem, S * decay[:, None], is_async=True)
         o = warpgroup_mma(aqk_smem.index(buf), vn_smem, o, is_async=True)
         S, o = warpgroup_mma_wait(0, deps=[S, o])
-        if i + STAGES < NT:  # the products that read this stage are done
+        if i + STAGES < NT:  # the products that read this stage are done, in every warpgroup after the barrier
+            gl.thread_barrier()
             _issue_chunk(w_desc, qg_desc, kd_desc, u_desc, aqk_desc, row0 + (i + STAGES) * 64, col_k, col_v,
                          col_a, ready.index(buf), w_smem.index(buf), qg_smem.index(buf), kd_smem.index(buf),
                          u_smem.index(buf), aqk_smem.index(buf))
@@ -934,30 +937,42 @@ def kda_chunk_scan_gluon_kernel(
     gl.store(ht_ptr + state_offs, S)
 
 
+@functools.cache
+def _device_facts(device_index: int) -> tuple[int, int]:
+    """(compute capability major, SM count) of a GPU."""
+    props = torch.cuda.get_device_properties(device_index)
+    return props.major, props.multi_processor_count
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _on_hopper(device: torch.device) -> bool:
+    """The Gluon kernels are written for Hopper's wgmma and TMA: elsewhere the Triton kernels run."""
+    return device.type == "cuda" and _device_facts(_index(device))[0] == 9
+
+
 def _takes_gluon_prep(q: torch.Tensor) -> bool:
     """Whether the prep runs as kda_chunk_prep_gluon_kernel (PREP_GLUON above): the full-tile prep with its
-    solve apart, bf16 inputs (its products take them as they are), and a GPU unless forced."""
+    solve apart, bf16 inputs (its products take them as they are), and a Hopper GPU unless forced."""
     if not (PREP_GLUON and PREP_FULL and SOLVE_APART) or q.dtype != torch.bfloat16:
         return False
-    return q.device.type == "cuda" or PREP_GLUON == 2
+    return _on_hopper(q.device) or PREP_GLUON == 2
 
 
 def _takes_gluon_scan(q: torch.Tensor, V: int) -> bool:
-    """Whether the scan runs as kda_chunk_scan_gluon_kernel (USE_GLUON_SCAN above): bf16, K 64 or 128 (the state
-    update's wgmma takes K as its M, a multiple of 64; a TMA box of 64 rows by K), V a multiple of the value block,
-    and T a multiple of 64 unless B = 1 (a chunk's tile must not run into the next batch element's rows: past the
-    tensor's end TMA reads zeros)."""
+    """Whether the scan runs as kda_chunk_scan_gluon_kernel (USE_GLUON_SCAN above): a Hopper GPU unless forced,
+    bf16, K 64 or 128 (the state update's wgmma takes K as its M, a multiple of 64; a TMA box of 64 rows by K),
+    V a multiple of the value block (32 where chosen automatically), and T a multiple of 64 unless B = 1 (a
+    chunk's tile must not run into the next sequence's rows, which its loads would add to the state and its
+    store overwrite; past the tensor's end TMA reads zeros and drops stores)."""
     B, T, _, K = q.shape
     if not USE_GLUON_SCAN or q.dtype != torch.bfloat16 or K not in (64, 128) or V % (GLUON_SCAN_BV or 32):
         return False
-    if B > 1 and T % CHUNK:
+    if T == 0 or (B > 1 and T % CHUNK):
         return False
-    return q.device.type == "cuda" or USE_GLUON_SCAN == 2
-
-
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+    return _on_hopper(q.device) or USE_GLUON_SCAN == 2
 
 
 def _gluon_scan_config(q: torch.Tensor, V: int) -> tuple[int, int]:
@@ -967,7 +982,7 @@ def _gluon_scan_config(q: torch.Tensor, V: int) -> tuple[int, int]:
     B, _, H, _ = q.shape
     block_v = GLUON_SCAN_BV
     if block_v is None:
-        sms = _sm_count(q.device.index or 0) if q.device.type == "cuda" else 132
+        sms = _device_facts(_index(q.device))[1] if q.device.type == "cuda" else 132
         fits = [bv for bv in (32, 64, 128) if V % bv == 0]
         block_v = next((bv for bv in fits if B * H * (V // bv) <= sms), fits[-1])
     stages = GLUON_SCAN_STAGES or (3 if block_v == 32 else 2)

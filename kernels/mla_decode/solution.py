@@ -343,15 +343,19 @@ def mla_combine_kernel(
 
 
 @functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _device_facts(device_index: int) -> tuple[int, int]:
+    """(compute capability major, SM count) of a GPU."""
+    props = torch.cuda.get_device_properties(device_index)
+    return props.major, props.multi_processor_count
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _num_sms(device: torch.device) -> int:
     """The GPU's SM count; on the CPU interpreter, the H200's (so splits look as they would there)."""
-    if device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return 132
+    return _device_facts(_index(device))[1] if device.type == "cuda" else 132
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -370,13 +374,15 @@ def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
 
 
 def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bool:
-    """Whether the split runs as mla_split_gluon_kernel (USE_GLUON above). Its layouts are written for 64 heads a
-    program (it runs at 8 warps whatever NUM_WARPS, which is the Triton kernel's); its descriptors view q and the
-    cache as 2-D row-major tensors of one 16-bit dtype whose start TMA can address (16-byte aligned), and its
-    tiles must end where a split does (splits of whole GLUON_BLOCK_N tiles)."""
+    """Whether the split runs as mla_split_gluon_kernel (USE_GLUON above), on a Hopper GPU unless forced. Its
+    layouts are written for 64 heads a program (it runs at 8 warps whatever NUM_WARPS, which is the Triton
+    kernel's); its descriptors view q and the cache as 2-D row-major tensors of one 16-bit dtype whose start TMA
+    can address (16-byte aligned), and its tiles must end where a split does (splits of whole GLUON_BLOCK_N
+    tiles)."""
     if not USE_GLUON or BLOCK_H != 64 or tokens_per_split % GLUON_BLOCK_N:
         return False
-    if USE_GLUON == 1 and (q.device.type != "cuda" or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
+    on_hopper = q.device.type == "cuda" and _device_facts(_index(q.device))[0] == 9  # wgmma and TMA
+    if USE_GLUON == 1 and (not on_hopper or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
         return False
     if q.dtype not in (torch.bfloat16, torch.float16) or kv.dtype != q.dtype:
         return False
