@@ -95,10 +95,38 @@ def test_a_cpu_profile_of_a_gluon_kernel_says_it_needs_a_gpu(pool: WorkerPool, a
     r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
                   "timing": False}, timeout=120.0)
     assert r["ok"] is False and r["error_class"] == "needs_gpu"
-    assert "softmax_row_kernel" in r["error"] and "GPU" in r["error"]
+    assert "launched the Gluon kernel softmax_row_kernel" in r["error"] and "GPU" in r["error"]
     after = pool.run({"op": "profile", "problem": "softmax", "shape": "small",
                       "source": starter_path("softmax").read_text(), "timing": False}, timeout=120.0)
     assert after["correct"] is True  # the worker goes on
+
+
+def test_a_candidate_with_triton_kernels_off_the_gpu_is_checked_there(pool: WorkerPool) -> None:
+    """Defining a Gluon kernel is not refused, launching one without a GPU is: a candidate whose entry() takes a
+    Triton kernel on the CPU (as the project's solutions do) is checked under the interpreter."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the Gluon kernel runs")
+    fallback = ('@triton.jit\n'
+                'def softmax_row_triton(x_ptr, out_ptr, cols, x_row_stride, out_row_stride, BLOCK: tl.constexpr):\n'
+                '    row = tl.program_id(0)\n'
+                '    offs = tl.arange(0, BLOCK)\n'
+                '    mask = offs < cols\n'
+                '    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=-float("inf")).to(tl.float32)\n'
+                '    e = tl.exp(x - tl.max(x, axis=0))\n'
+                '    y = (e / tl.sum(e, axis=0)).to(out_ptr.dtype.element_ty)\n'
+                '    tl.store(out_ptr + row * out_row_stride + offs, y, mask=mask)\n\n\n')
+    dispatch = ('    if not x.is_cuda:\n'
+                '        softmax_row_triton[(rows,)](x, out, cols, x.stride(0), out.stride(0), '
+                'BLOCK=triton.next_power_of_2(cols))\n'
+                '        return out\n')
+    source = GLUON_SOFTMAX.replace("import triton\n", "import triton\nimport triton.language as tl\n")
+    source = source.replace("def entry(", fallback + "def entry(")
+    source = source.replace("    out = torch.empty_like(x)\n", "    out = torch.empty_like(x)\n" + dispatch)
+    assert source.count("softmax_row_triton") == 2 and "import triton.language as tl" in source
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source, "timing": False},
+                 timeout=120.0)
+    assert r["correct"] is True, r.get("error")
+    assert r["error_class"] is None and "no GPU" in r["timing_note"]
 
 
 @pytest.mark.gpu

@@ -8,11 +8,13 @@ called.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import sys
 import traceback
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +123,46 @@ def gluon_jit_class() -> Any:
     return GluonJITFunction
 
 
-def gluon_kernels(module: types.ModuleType) -> list[str]:
-    """The names of the module's @gluon.jit functions, autotuned or not (none where this Triton has no Gluon)."""
+class GluonNeedsGpu(RuntimeError):
+    """A @gluon.jit kernel was launched where candidates are checked under the Triton interpreter."""
+
+    def __init__(self, kernel: str) -> None:
+        super().__init__(f"the Gluon kernel {kernel} was launched without a GPU")
+        self.kernel = kernel
+
+
+@contextlib.contextmanager
+def gluon_launches_refused() -> Iterator[None]:
+    """Inside it, launching a @gluon.jit kernel (`kernel[grid](...)`, behind autotune/heuristics wrappers too)
+    raises GluonNeedsGpu: the interpreter cannot run Gluon (it leaves such a kernel a compiled function, whose
+    launch needs a driver). Refusing the launch, not the definition, lets a candidate that keeps Triton kernels
+    for machines without a GPU be checked there."""
     gluon_class = gluon_jit_class()
     if gluon_class is None:
-        return []
-    return [fn.fn.__name__ for fn in jit_functions(module) if isinstance(fn, gluon_class)]
+        yield
+        return
+    from triton.runtime.jit import KernelInterface
+
+    original = KernelInterface.__getitem__
+
+    def launcher(self: Any, grid: Any) -> Any:
+        fn = self
+        while not isinstance(fn, gluon_class) and hasattr(fn, "fn"):
+            fn = fn.fn
+        if isinstance(fn, gluon_class):
+            name = fn.fn.__name__
+
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise GluonNeedsGpu(name)
+
+            return refuse
+        return original(self, grid)
+
+    KernelInterface.__getitem__ = launcher
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__ = original
 
 
 def compilation_chain(exc: BaseException) -> list[BaseException]:

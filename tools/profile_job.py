@@ -6,13 +6,20 @@ the result says plainly that nothing was timed.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import guard, telemetry
-from tools.candidate import describe_exception, gluon_kernels, load_candidate, write_candidate
+from tools.candidate import (
+    GluonNeedsGpu,
+    describe_exception,
+    gluon_launches_refused,
+    load_candidate,
+    write_candidate,
+)
 from tools.checks import CandidateRaised, check_candidate
 from tools.timing import GRAPH_BELOW_US
 
@@ -75,16 +82,18 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         return {**base, **_fail(cls, d["message"], d["line"])}
 
     entry = module.entry
-    gluon = gluon_kernels(module)
-    if gluon and not worker.cuda:
-        return {**base, **_fail("needs_gpu", f"Gluon kernels ({', '.join(gluon)}) run only on a GPU: the Triton "
-                                "interpreter that checks candidates on this machine cannot execute them. `compile` "
-                                "reports their sm_90 resources here; check and time them where a GPU is present.")}
-
     plan = _check_plan(worker, problem, shape)
     try:
-        check = check_candidate(problem, entry, plan, worker.device, progress=worker.progress)
+        # Without a GPU a Gluon kernel's launch is refused (the interpreter cannot run it); a candidate whose
+        # entry() takes Triton kernels there is checked like any other.
+        with nullcontext() if worker.cuda else gluon_launches_refused():
+            check = check_candidate(problem, entry, plan, worker.device, progress=worker.progress)
     except CandidateRaised as exc:
+        if isinstance(exc.cause, GluonNeedsGpu):
+            return {**base, **_fail("needs_gpu", f"entry() launched the Gluon kernel {exc.cause.kernel}: Gluon "
+                                    "kernels run only on a GPU, and the Triton interpreter that checks candidates "
+                                    "on this machine cannot execute them. `compile` reports their sm_90 resources "
+                                    "here; check and time them where a GPU is present.")}
         return {**base, **_runtime_failure(worker, exc.cause, path)}
     result: dict[str, Any] = {
         **base, "ok": check["correct"], "correct": check["correct"], "error_class": check["error_class"],

@@ -140,8 +140,8 @@ INV_PRODUCT = 1
 SCORES_FP32 = False
 # The scan written in Gluon (kda_chunk_scan_gluon_kernel): the same products with TMA-fed stages, W S and Qg S
 # issued together, Kdᵀ V' and Aqk V' issued together, and e^G_last loaded a chunk ahead (the Triton scan's state
-# update waited on that load: its hotspots, long_sb on the update line). 0: never; 1: on a GPU with bf16 inputs
-# (_takes_gluon_scan); 2: always (to compile it without a GPU).
+# update waited on that load: its hotspots, long_sb on the update line). 0: never; 1: on a Hopper GPU with bf16
+# inputs (_takes_gluon_scan); 2: always (to compile it without a GPU).
 USE_GLUON_SCAN = 1
 # Value columns a Gluon scan program (32, 64 or 128: one warpgroup per 32, sharing the key-side tiles of a stage).
 # None: the fewest whose grid fits in one wave on the GPU's SMs, as measured at bench and bench_h96 on the H200
@@ -1093,21 +1093,17 @@ def entry(
     o = torch.empty((B, T, H, V), dtype=dtype, device=dev)
     final_state = torch.empty((B, H, K, V), dtype=torch.float32, device=dev)
     has_h0 = initial_state is not None
+    h0 = initial_state if has_h0 else final_state  # not read without an initial state
     if _takes_gluon_scan(q, V):
         block_v, stages = _gluon_scan_config(q, V)
         kda_chunk_scan_gluon_kernel[(V // block_v, B * H)](
-            *_scan_descriptors(w, qg, kd, u, aqk, o, block_v), decay_last,
-            initial_state if has_h0 else final_state, final_state, T, H, NT,
+            *_scan_descriptors(w, qg, kd, u, aqk, o, block_v), decay_last, h0, final_state, T, H, NT,
             V=V, STAGES=stages, HAS_INITIAL_STATE=has_h0, num_warps=4 * (block_v // 32),
         )
-        return o, final_state
-    block_v = max(16, min(BV, triton.next_power_of_2(V)))
-    kda_chunk_scan_kernel[(triton.cdiv(V, block_v), B * H)](
-        w, u, qg, kd, aqk, decay_last, initial_state if has_h0 else final_state,
-        o, final_state,
-        T, H, NT,
-        K=K, V=V, BK=bk, BLOCK_V=block_v,
-        HAS_INITIAL_STATE=has_h0,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-    )
+    else:
+        block_v = max(16, min(BV, triton.next_power_of_2(V)))
+        kda_chunk_scan_kernel[(triton.cdiv(V, block_v), B * H)](
+            w, u, qg, kd, aqk, decay_last, h0, o, final_state, T, H, NT,
+            K=K, V=V, BK=bk, BLOCK_V=block_v, HAS_INITIAL_STATE=has_h0, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        )
     return o, final_state

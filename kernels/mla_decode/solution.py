@@ -69,9 +69,9 @@ WARP_SPECIALIZE = 0
 # that read its buffer has finished, so a copy is in flight through the whole of each step. Triton's pipeliner
 # issues the next tile's copy after the P.V product and waits for it at the top of the next step (its loads
 # overlap only that product). Measured on the H200 at bench_b64: 286.5 -> 199.0 us (BENCHMARKS.md). 0: never;
-# 1: on a GPU, for 16-bit inputs whose splits walk at least GLUON_MIN_TILES tiles of BLOCK_N tokens (the interpreter
-# cannot run Gluon: the CPU takes mla_split_kernel; at bench, one tile a split, the Gluon kernel took 24.2 us against
-# 20.4); 2: always (to compile it without a GPU).
+# 1: on a Hopper GPU, for 16-bit inputs whose splits walk at least GLUON_MIN_TILES tiles of BLOCK_N tokens (the
+# interpreter cannot run Gluon: the CPU takes mla_split_kernel; at bench, one tile a split, the Gluon kernel took
+# 24.2 us against 20.4); 2: always (to compile it without a GPU).
 USE_GLUON = 1
 GLUON_MIN_TILES = 2
 # The Gluon kernel's cache tile (tokens) and buffers: q (73 KB) and GLUON_STAGES tiles of GLUON_BLOCK_N x 576 must
@@ -353,6 +353,11 @@ def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def _on_hopper(device: torch.device) -> bool:
+    """The Gluon kernel is written for Hopper's wgmma and TMA: elsewhere the Triton kernels run."""
+    return device.type == "cuda" and _device_facts(_index(device))[0] == 9
+
+
 def _num_sms(device: torch.device) -> int:
     """The GPU's SM count; on the CPU interpreter, the H200's (so splits look as they would there)."""
     return _device_facts(_index(device))[1] if device.type == "cuda" else 132
@@ -381,8 +386,7 @@ def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bo
     tiles)."""
     if not USE_GLUON or BLOCK_H != 64 or tokens_per_split % GLUON_BLOCK_N:
         return False
-    on_hopper = q.device.type == "cuda" and _device_facts(_index(q.device))[0] == 9  # wgmma and TMA
-    if USE_GLUON == 1 and (not on_hopper or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
+    if USE_GLUON == 1 and (not _on_hopper(q.device) or tokens_per_split < GLUON_MIN_TILES * BLOCK_N):
         return False
     if q.dtype not in (torch.bfloat16, torch.float16) or kv.dtype != q.dtype:
         return False
