@@ -7,6 +7,7 @@ the reason where a mode cannot run (torch.compile under graph capture, FLA not i
 
 from __future__ import annotations
 
+import secrets
 import traceback
 from typing import Any
 
@@ -28,8 +29,8 @@ def run_baselines(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         out["baselines"] = [{"name": b.name, "description": b.description, "timing": None,
                              "available": False, "reason": "no GPU"} for b in chosen]
         return out
-    timer = worker.ensure_timer()
-    inputs = problem.inputs(shape, worker.fresh_seed(), "cuda")
+    timer = worker.ensure_timer().timer
+    inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
     refs = as_outputs(problem.reference(*inputs))
     flops, nbytes = problem.flops(dims), problem.bytes(dims)
     before = telemetry.snapshot()

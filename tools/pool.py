@@ -143,7 +143,7 @@ class WorkerProcess:
         return f"exited with code {code}"
 
     def output_tail(self, limit: int = 2000) -> str:
-        path = self.dir / "candidate_output.log"
+        path = self.dir / "worker_output.log"
         try:
             with open(path, "rb") as f:
                 f.seek(max(0, path.stat().st_size - limit))
@@ -222,7 +222,9 @@ class WorkerPool:
         except Exception as exc:
             self._discard(slot)
             return {"ok": False, "error_class": "worker_error", "error": str(exc)}
-        job = {**job, "id": f"{os.getpid()}-{time.time_ns()}"}
+        # The judge stops a candidate that overruns with time to spare to answer; the pool's own deadline below
+        # is the backstop for a judge that does not answer at all.
+        job = {**job, "id": f"{os.getpid()}-{time.time_ns()}", "deadline_s": max(5.0, timeout - 15.0)}
         try:
             worker.send(job)
         except OSError as exc:

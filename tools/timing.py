@@ -139,6 +139,41 @@ class Timer:
         return out
 
 
+class Calibration:
+    """The judge's own instruments: a Timer for baselines and the GPU time of a rep's untimed work.
+
+    The rep's untimed work (copying the next input set into the buffers, the L2 flush, copying the outputs to
+    the stash) is what the bracket (tools.bounds) subtracts from the wall time around a batch; it is measured
+    here, in a process where candidate code never ran, with the same tensors' shapes and dtypes.
+    """
+
+    def __init__(self, flush_bytes: int = L2_FLUSH_BYTES) -> None:
+        self.flush_bytes = flush_bytes
+        self.timer = Timer(flush_bytes=flush_bytes)
+
+    def overhead_us(self, sets: list[tuple[Any, ...]], out_specs: list[tuple[tuple[int, ...], Any]],
+                    reps: int = 15) -> float:
+        torch = self.timer.torch
+        tensors = [[x for x in s if isinstance(x, torch.Tensor)] for s in sets]
+        buffers = [x.clone() for x in tensors[0]]
+        outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
+        stash = [torch.empty_like(o) for o in outs]
+        times = []
+        for i in range(reps + 2):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for b, x in zip(buffers, tensors[i % len(tensors)]):
+                b.copy_(x)
+            self.timer._flush()
+            for s, o in zip(stash, outs):
+                s.copy_(o)
+            end.record()
+            torch.cuda.synchronize()
+            if i >= 2:
+                times.append(start.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+
+
 def measure_ceilings() -> dict[str, float]:
     """This GPU's copy bandwidth (read + write) and bf16 matmul rate, measured, not from a datasheet."""
     import torch

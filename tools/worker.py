@@ -1,46 +1,55 @@
-"""The warm worker process: runs candidate code for one GPU (or the CPU interpreter) and reports back.
+"""The warm worker process: the judge for one GPU (or the CPU interpreter). Candidate code never runs here.
 
-Started by tools.pool as `python -m tools.worker IN_FD OUT_FD`. Jobs arrive as JSON lines on IN_FD;
-progress and one result per job go out as JSON lines on OUT_FD. The candidate's own stdout and
-stderr go to a size-limited file in the worker's private directory, never into the protocol. Imports
-only the standard library, torch, triton and nvidia-ml-py (and the problem suite), so it starts in
-the time torch takes and runs wherever torch does. After a fault that may have corrupted the CUDA
-context (illegal address, device assert) the worker answers, then exits so the pool replaces it.
+Started by tools.pool as `python -m tools.worker IN_FD OUT_FD`. Jobs arrive as JSON lines on IN_FD; progress
+and one result per job go out as JSON lines on OUT_FD. Before it touches CUDA, the worker imports torch and
+Triton and forks its zygote (tools.sandbox), from which every candidate runs in a fresh, sandboxed process;
+this process generates inputs, computes references, compares, times baselines and decides (tools.judge).
+A candidate that hangs, crashes or loses its CUDA context costs its own process, not this one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import resource
-import secrets
 import signal
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024
-LOG_NAME = "candidate_output.log"
+LOG_NAME = "worker_output.log"
 FATAL_CUDA_MARKERS = ("illegal memory access", "illegal address", "device-side assert", "unspecified launch failure",
                       "misaligned address", "an illegal instruction", "CUDA error: launch failed",
                       "cudaErrorIllegalAddress", "context is destroyed", "CUDA_ERROR_ILLEGAL_ADDRESS")
 
 
+def sandbox_root() -> Path:
+    """Outside MARATHON_HOME (which a candidate's uid must not even traverse), one per worker directory."""
+    base = Path(os.environ.get("MARATHON_SANDBOX_DIR") or tempfile.gettempdir())
+    tag = hashlib.sha256(str(Path.cwd()).encode()).hexdigest()[:12]
+    return base / f"marathon-sandbox-{os.geteuid()}" / tag
+
+
 class Worker:
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, sandbox: Any) -> None:
         import torch
 
         from tools import telemetry
 
         self.out = out
         self.torch = torch
-        self.cuda = torch.cuda.is_available()
+        self.sandbox = sandbox
+        self.cuda = os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
         self.device = "cuda" if self.cuda else "cpu"
         self.ceilings: dict[str, float] | None = None
-        self.timer: Any = None
+        self.calibration: Any = None
+        self.telemetry_before: Any = None
         self.device_info = self._device_info(telemetry)
 
     def _device_info(self, telemetry: Any) -> dict[str, Any]:
@@ -69,29 +78,33 @@ class Worker:
     # -- jobs ---------------------------------------------------------------------------------------
 
     def handle(self, job: dict[str, Any]) -> dict[str, Any]:
+        from tools import telemetry
+
         op = job.get("op")
         if op == "ping":
             return {"ok": True, "device": self.device_info, "pid": os.getpid()}
+        self.telemetry_before = telemetry.snapshot() if self.cuda else None
         if op == "profile":
-            from tools.profile_job import run_profile
+            from tools.judge import run_profile
 
             return run_profile(self, job)
         if op == "baseline":
             from tools.baseline_job import run_baselines
 
             return run_baselines(self, job)
+        if op == "census":
+            from tools.census import run_census
+
+            return run_census(self, job)
         return {"ok": False, "error": f"unknown job op {op!r}", "error_class": "error"}
 
     def ensure_timer(self) -> Any:
-        if self.timer is None:
-            from tools.timing import Timer, measure_ceilings
+        if self.calibration is None:
+            from tools.timing import Calibration, measure_ceilings
 
             self.ceilings = measure_ceilings()
-            self.timer = Timer()
-        return self.timer
-
-    def fresh_seed(self) -> int:
-        return secrets.randbits(31)
+            self.calibration = Calibration()
+        return self.calibration
 
     def context_is_broken(self, exc: BaseException) -> bool:
         text = f"{exc}"
@@ -105,61 +118,72 @@ class Worker:
         return False
 
 
-def _output_tail(limit: int = 2000) -> dict[str, Any]:
-    """What the candidate printed during the job (last `limit` bytes), then reset the file."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    size = os.fstat(1).st_size
-    with open(LOG_NAME, "rb") as f:
-        f.seek(max(0, size - limit))
-        tail = f.read().decode("utf-8", "replace")
-    os.ftruncate(1, 0)
-    os.lseek(1, 0, os.SEEK_SET)
-    os.lseek(2, 0, os.SEEK_SET)
-    return {"output_bytes": size, "output_tail": tail}
-
-
 def _redirect_output() -> None:
     fd = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    # A candidate that prints without end hits the size limit and gets an error, not a full disk.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
 
 
-def serve(in_fd: int, out_fd: int, on_job: Callable[[dict[str, Any]], None] | None = None) -> int:
+def _preload_for_candidates() -> None:
+    """What every candidate process needs, imported once here so a fork has it (and no file read is needed
+    after the candidate's uid drops): torch, Triton, the harness, the guard's dispatch machinery."""
+    import torch  # noqa: F401
+    import torch.utils._python_dispatch  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    import kernels.spec  # noqa: F401
+    import tools.candidate_host  # noqa: F401
+    from tools.candidate import gluon_jit_class
+
+    gluon_jit_class()
+    try:
+        from triton.runtime.jit import KernelInterface  # noqa: F401
+        from triton.runtime.interpreter import InterpretedFunction  # noqa: F401
+    except ImportError:
+        pass
+
+
+def serve(in_fd: int, out_fd: int) -> int:
     out = os.fdopen(out_fd, "w", buffering=1)
     started = time.perf_counter()
     _redirect_output()
     try:
-        worker = Worker(out)
+        from tools.sandbox import Sandbox
+
+        _preload_for_candidates()
+        sandbox = Sandbox(sandbox_root())  # forks the zygote: before CUDA is touched in this process
+        worker = Worker(out, sandbox)
     except BaseException as exc:
         out.write(json.dumps({"type": "fatal", "error": f"worker failed to start: {exc!r}"}) + "\n")
         return 1
     worker.send({"type": "ready", "device": worker.device_info, "pid": os.getpid(),
                  "startup_s": round(time.perf_counter() - started, 3)})
-    with os.fdopen(in_fd, "r") as reader:
-        for line in reader:
-            if not line.strip():
-                continue
-            job = json.loads(line)
-            fatal = False
-            t0 = time.perf_counter()
-            try:
-                result = worker.handle(job)
-            except BaseException as exc:  # a fault outside the per-candidate handling: still answer
-                fatal = worker.context_is_broken(exc)
-                result = {"ok": False, "error_class": "cuda_error" if fatal else "internal_error",
-                          "error": f"{type(exc).__name__}: {exc}",
-                          "internal": "".join(traceback.format_exception(exc))[-3000:]}
-            fatal = fatal or bool(result.pop("_fatal", False))
-            result.update(_output_tail())
-            result["worker_s"] = round(time.perf_counter() - t0, 3)
-            worker.send({"type": "result", "id": job.get("id"), "fatal": fatal, "result": result})
-            if fatal:
-                return 3
+    try:
+        with os.fdopen(in_fd, "r") as reader:
+            for line in reader:
+                if not line.strip():
+                    continue
+                job = json.loads(line)
+                fatal = False
+                t0 = time.perf_counter()
+                try:
+                    result = worker.handle(job)
+                except BaseException as exc:  # a fault of the judge's own: still answer, then be replaced
+                    fatal = worker.context_is_broken(exc)
+                    result = {"ok": False, "error_class": "cuda_error" if fatal else "internal_error",
+                              "error": f"{type(exc).__name__}: {exc}",
+                              "internal": "".join(traceback.format_exception(exc))[-3000:]}
+                fatal = fatal or bool(result.pop("_fatal", False))
+                result["worker_s"] = round(time.perf_counter() - t0, 3)
+                worker.send({"type": "result", "id": job.get("id"), "fatal": fatal, "result": result})
+                if fatal:
+                    return 3
+    finally:
+        sandbox.close()
     return 0
 
 

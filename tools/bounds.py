@@ -1,0 +1,96 @@
+"""Bounds the judge puts on timings it did not take itself (DESIGN.md §4; the verdict issue, guarantee 4).
+
+Candidate code times itself (CUDA events must be recorded in the process that launches the kernels), so
+its samples are claims. Two outside facts bound them:
+- the physical floor: the problem's bytes at the measured DRAM ceiling and its flops at the measured matmul
+  ceiling, each with a margin for a kernel that streams better than a device-to-device copy; a median below
+  it is `impossible_timing`;
+- the bracket: the judge's own wall clock around each batch of reps. The GPU is kept busy by the reps'
+  copies and L2 flushes (their GPU time the judge measured in its own process), so
+  wall = sum(samples) + reps x (copy-in + flush + stash copy) + a fixed latency per batch, give or take
+  noise. Samples that add up to much less than the wall left for them were under-reported
+  (`timing_mismatch`); a wall much shorter than the copies and flushes alone means they were skipped.
+Pure arithmetic: tests cover every branch without a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# A kernel may stream better than a device-to-device copy (read-only traffic, no write-back), and a matmul
+# on favourable data runs above the random-data rate: the floor uses ceilings 1.25x the measured ones.
+CEILING_MARGIN = 1.25
+# Bracket tolerances: what an honest batch shows beyond its samples and calibrated overheads (the batch's
+# launch and reply latency, spread over its reps, and clock noise), measured on the H200 (BENCHMARKS.md).
+BATCH_LATENCY_US = 400.0
+PER_REP_SLACK_US = 2.0
+RELATIVE_SLACK = 0.08
+SKIPPED_SHARE = 0.5  # a rep whose wall is under half of its copies and flush did not do them
+
+
+@dataclass(frozen=True)
+class Floor:
+    floor_us: float
+    dram_us: float
+    compute_us: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def physical_floor(nbytes: float, flops: float, ceilings: dict[str, float]) -> Floor | None:
+    dram, mm = ceilings.get("dram_gbps"), ceilings.get("bf16_tflops")
+    if not dram or not mm:
+        return None
+    dram_us = nbytes / (dram * CEILING_MARGIN * 1e9) * 1e6
+    compute_us = flops / (mm * CEILING_MARGIN * 1e12) * 1e6
+    return Floor(max(dram_us, compute_us), dram_us, compute_us)
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One batch as the judge saw it: its wall time, and the samples the candidate process reported."""
+
+    wall_us: float
+    samples_us: list[float]
+
+
+@dataclass(frozen=True)
+class BracketVerdict:
+    ok: bool
+    reason: str | None
+    unexplained_us_per_rep: float  # median over batches: wall left over per rep after samples and overheads
+    allowed_us_per_rep: float
+    overhead_us_per_rep: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float) -> BracketVerdict:
+    """Whether the reported samples account for the wall time the judge measured around each batch."""
+    if not batches:
+        return BracketVerdict(False, "no timed batch", 0.0, 0.0, overhead_us_per_rep)
+    per_rep: list[float] = []
+    for b in batches:
+        n = max(1, len(b.samples_us))
+        per_rep.append((b.wall_us - sum(b.samples_us)) / n - overhead_us_per_rep)
+    sizes = [len(b.samples_us) for b in batches]
+    median_sample = statistics.median([s for b in batches for s in b.samples_us] or [0.0])
+    typical_batch = max(1, int(statistics.median(sizes)))
+    allowed = RELATIVE_SLACK * median_sample + PER_REP_SLACK_US + BATCH_LATENCY_US / typical_batch
+    unexplained = statistics.median(per_rep)
+    if any(s < 0 for b in batches for s in b.samples_us):
+        return BracketVerdict(False, "negative samples were reported", unexplained, allowed, overhead_us_per_rep)
+    if unexplained > allowed:
+        return BracketVerdict(
+            False, f"the reps took {unexplained:.1f} us more each than their samples and overheads account for "
+            f"(at most {allowed:.1f} us is noise): the samples under-report the time the reps ran",
+            unexplained, allowed, overhead_us_per_rep)
+    if unexplained < -SKIPPED_SHARE * overhead_us_per_rep - PER_REP_SLACK_US:
+        return BracketVerdict(
+            False, f"the reps ran {-unexplained:.1f} us faster each than their input copies and L2 flushes alone "
+            "take: the flushes or copies were skipped", unexplained, allowed, overhead_us_per_rep)
+    return BracketVerdict(True, None, unexplained, allowed, overhead_us_per_rep)

@@ -1,0 +1,274 @@
+"""The harness inside a candidate process: load the candidate, run entry(), time it, send back data. Decides nothing.
+
+Runs in the sandboxed process of tools.sandbox, so everything here is as untrusted as the candidate: a candidate
+can read and patch this module. That is why it only answers requests with data (outputs as raw tensors, timing
+samples) that the judge (tools.judge) checks against its own reference and its own bounds; a forged answer can
+make a candidate look wrong, never right.
+
+Requests (tools.wire frames):
+- load: import the candidate under the run-time guard (pointed messages for imports and torch compute);
+- call: entry(*inputs) under the guard on the inputs sent; the outputs go back;
+- pilot: a rough eager time per call (it only picks the timing mode);
+- time_setup / batch / fetch / done: the timed reps. Input sets are rotated in place through the same buffers,
+  an L2 flush, CUDA events around each call (a graph replay, or entry() itself), each rep's outputs copied to a
+  stash slot; the judge picks which slots to check only after the batch has run, so a rep cannot know whether
+  it will be checked. Timed reps run without the guard (its host overhead would land in the timed region);
+  so does the judge's kernel census, so both see the candidate as it runs when timed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from tools import guard, wire
+from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
+
+REQUEST_TIMEOUT_S = 3600.0
+INPUT_LIMIT_BYTES = 8 << 30
+FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def _error(exc: BaseException, path: Path, fatal: bool = False) -> dict[str, Any]:
+    d = describe_exception(exc, path)
+    if isinstance(exc, guard.TorchComputeRefused) or (isinstance(exc, ImportError) and "refused" in str(exc)):
+        cls = "rejected"
+    elif isinstance(exc, GluonNeedsGpu):
+        cls = "needs_gpu"
+    else:
+        cls = "runtime_error"
+    return {"ok": False, "error": {"error_class": cls, "message": d["message"], "line": d["line"],
+                                   "type": d["type"], "kernel": getattr(exc, "kernel", None)},
+            "fatal": fatal}
+
+
+class Host:
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        import torch
+
+        self.torch = torch
+        self.sock = sock
+        self.path = path
+        self.cuda = os.environ.get("TRITON_INTERPRET") != "1"
+        self.device = "cuda" if self.cuda else "cpu"
+        self.entry: Any = None
+        self.sets: list[list[Any]] = []
+        self.buffers: list[Any] = []
+        self.graph: Any = None
+        self.graph_outputs: tuple[Any, ...] = ()
+        self.stash: list[tuple[Any, ...]] = []
+        self.flush_buf: Any = None
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def _inputs(self, msg: wire.Message) -> list[Any]:
+        values = wire.unpack_values(msg.header.get("inputs", []), msg.fds, INPUT_LIMIT_BYTES)
+        return [v.to(self.device) if isinstance(v, self.torch.Tensor) else v for v in values]
+
+    def _outputs(self, raw: Any) -> tuple[Any, ...]:
+        from kernels.spec import as_outputs
+
+        return as_outputs(raw)
+
+    def _send_tensors(self, header: dict[str, Any], tensors: list[Any]) -> None:
+        specs, fds = [], []
+        for t in tensors:
+            specs.append(wire.tensor_spec(t))
+            fds.append(wire.tensor_to_fd(t))
+        try:
+            wire.send(self.sock, {**header, "tensors": specs}, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _guarded(self) -> Any:
+        return guard.candidate_guard()
+
+    def _cpu_gluon(self) -> Any:
+        return nullcontext() if self.cuda else gluon_launches_refused()
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def load(self) -> dict[str, Any]:
+        try:
+            with self._guarded():
+                module = load_candidate(self.path)
+        except BaseException as exc:
+            d = _error(exc, self.path)
+            if d["error"]["error_class"] == "runtime_error":
+                d["error"]["error_class"] = "import_error"
+            return d
+        self.entry = module.entry
+        return {"ok": True}
+
+    def call(self, msg: wire.Message) -> dict[str, Any] | None:
+        torch = self.torch
+        inputs = self._inputs(msg)
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        try:
+            with self._cpu_gluon(), self._guarded():
+                raw = self.entry(*inputs)
+            self._sync()
+        except BaseException as exc:
+            return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
+        try:
+            outs = self._outputs(raw)
+        except TypeError as exc:
+            return {"ok": False, "error": {"error_class": "wrong_output", "line": None,
+                                           "message": f"entry() returned the wrong thing: {exc}"}}
+        mutated = [i for i, (x, x0) in enumerate(zip(inputs, before))
+                   if isinstance(x, torch.Tensor) and not torch.equal(x, x0)]
+        self._send_tensors({"ok": True, "mutated": mutated}, list(outs))
+        return None
+
+    def pilot(self, msg: wire.Message) -> dict[str, Any]:
+        torch = self.torch
+        inputs = self._inputs(msg)
+        try:
+            self.entry(*inputs)
+            self._sync()
+            times = []
+            for _ in range(5):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                self.entry(*inputs)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) * 1e3)
+        except BaseException as exc:
+            return _error(exc, self.path, fatal=_context_lost(torch, exc))
+        times.sort()
+        return {"ok": True, "pilot_us": times[len(times) // 2]}
+
+    def time_setup(self, msg: wire.Message) -> dict[str, Any]:
+        torch = self.torch
+        groups = msg.header.get("sets", [])
+        values = wire.unpack_values([s for g in groups for s in g], msg.fds, INPUT_LIMIT_BYTES)
+        width = len(groups[0]) if groups else 0
+        self.sets = [[v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values[i:i + width]]
+                     for i in range(0, len(values), width)]
+        self.buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.sets[0]]
+        self.flush_buf = torch.ones(int(msg.header.get("flush_bytes", FLUSH_BYTES)) // 4, dtype=torch.int32,
+                                    device=self.device)
+        self.flush_sink = torch.empty((), dtype=torch.int64, device=self.device)
+        self.stash = []
+        self.graph = None
+        try:
+            for _ in range(2):
+                outs = self._outputs(self.entry(*self.buffers))
+            self._sync()
+            if msg.header.get("graph"):
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self.entry(*self.buffers)
+                torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    raw = self.entry(*self.buffers)
+                torch.cuda.synchronize()
+                self.graph = graph
+                self.graph_outputs = self._outputs(raw)
+                outs = self.graph_outputs
+        except BaseException as exc:
+            return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
+        return {"ok": True, "graph": self.graph is not None, "outputs": [wire.tensor_spec(o) for o in outs]}
+
+    def _stash_slot(self, j: int, outs: tuple[Any, ...]) -> None:
+        while len(self.stash) <= j:
+            self.stash.append(tuple(self.torch.empty_like(o) for o in outs))
+        slot = self.stash[j]
+        if len(slot) != len(outs) or any(s.shape != o.shape or s.dtype != o.dtype for s, o in zip(slot, outs)):
+            self.stash[j] = slot = tuple(self.torch.empty_like(o) for o in outs)
+        for s, o in zip(slot, outs):
+            s.copy_(o)
+
+    def batch(self, msg: wire.Message) -> dict[str, Any]:
+        torch = self.torch
+        order = msg.header.get("order", [])
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
+        try:
+            for j, r in enumerate(order):
+                for buf, val in zip(self.buffers, self.sets[r]):
+                    if isinstance(buf, torch.Tensor):
+                        buf.copy_(val)
+                torch.sum(self.flush_buf, dim=0, out=self.flush_sink)
+                start, end = events[j]
+                start.record()
+                if self.graph is not None:
+                    self.graph.replay()
+                    outs = self.graph_outputs
+                else:
+                    outs = self._outputs(self.entry(*self.buffers))
+                end.record()
+                self._stash_slot(j, outs)
+            torch.cuda.synchronize()
+        except BaseException as exc:
+            return _error(exc, self.path, fatal=_context_lost(torch, exc))
+        return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events]}
+
+    def fetch(self, msg: wire.Message) -> None:
+        slots = [int(j) for j in msg.header.get("slots", [])]
+        tensors = [t for j in slots for t in self.stash[j]]
+        self._send_tensors({"ok": True, "per_slot": len(self.stash[slots[0]]) if slots else 0}, tensors)
+
+
+def _context_lost(torch: Any, exc: BaseException) -> bool:
+    text = str(exc)
+    if any(m in text for m in ("illegal memory access", "illegal address", "device-side assert",
+                               "unspecified launch failure", "misaligned address", "illegal instruction")):
+        return True
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        return True
+    return False
+
+
+def serve(sock: socket.socket, path: Path) -> None:
+    host = Host(sock, path)
+    while True:
+        try:
+            msg = wire.recv(sock, REQUEST_TIMEOUT_S)
+        except wire.WireError:
+            return
+        op = msg.header.get("op")
+        started = time.perf_counter()
+        try:
+            if op == "load":
+                answer: dict[str, Any] | None = host.load()
+            elif op == "call":
+                answer = host.call(msg)
+            elif op == "pilot":
+                answer = host.pilot(msg)
+            elif op == "time_setup":
+                answer = host.time_setup(msg)
+            elif op == "batch":
+                answer = host.batch(msg)
+            elif op == "fetch":
+                host.fetch(msg)
+                answer = None
+            elif op == "done":
+                return
+            else:
+                answer = {"ok": False, "error": {"error_class": "internal_error", "line": None,
+                                                 "message": f"unknown request {op!r}"}}
+        except BaseException as exc:  # a fault in the harness itself (or a candidate that broke it)
+            answer = _error(exc, path)
+        finally:
+            msg.close_fds()
+        if answer is not None:
+            answer.setdefault("host_s", round(time.perf_counter() - started, 6))
+            wire.send(sock, {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                             for k, v in answer.items()})

@@ -1,0 +1,451 @@
+"""The `profile` job, judged: the trusted side of every verdict (DESIGN.md §2 trust boundary, §4).
+
+This runs in the warm worker, a process where candidate code never runs. It generates every input, computes
+every reference, compares every output, times the baseline, applies the floor and the bracket, and writes
+the verdict. The candidate itself runs in a fresh sandboxed process per source (tools.sandbox), driven over
+tools.wire: what comes back from it (output tensors, timing samples) is data, read with limits, checked here.
+
+Order of work, so that nothing the candidate leaves running can touch a trusted measurement: the baseline's
+first half is timed before the candidate process exists, its second half after the process and everything
+it started are killed.
+
+Without a GPU the checks run under the Triton interpreter at the problem's small check shapes, in the same
+kind of sandboxed process, and the result says plainly that nothing was timed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import socket
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels import get_problem
+from kernels.spec import Problem, as_outputs, compare
+from tools import bounds, guard, telemetry, wire
+from tools.candidate import source_sha
+from tools.sandbox import LOG_NAME, Sandbox, Spawned
+from tools.timing import GRAPH_BELOW_US, summarize
+
+TRIALS_AT_SHAPE = 3
+TRIALS_PER_CHECK_SHAPE = 2
+TIMING_SETS = 3  # input sets rotated through the same buffers during the timed reps
+OUTPUT_LIMIT_BYTES = 4 << 30
+LOAD_TIMEOUT_S = 300.0  # import + module-level code (a first JIT happens later, in the first call)
+CALL_TIMEOUT_S = 300.0  # one entry() call: the first one JITs (and may autotune)
+STASH_BYTES = 256 << 20  # outputs kept on the candidate's GPU per batch of reps
+CHECK_ALL_BELOW_BYTES = 64 << 20  # a batch whose outputs are smaller than this has every rep checked
+MAX_CHECKS_PER_BATCH = 32
+VERIFICATION = "judge:v1"
+
+
+class Refusal(Exception):
+    """A verdict against the candidate, reached by the judge."""
+
+    def __init__(self, error_class: str, message: str, line: int | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.line = line
+        self.extra = extra
+
+
+@dataclass
+class Session:
+    """One candidate process, driven by the judge."""
+
+    sandbox: Sandbox
+    spawned: Spawned
+    deadline: float
+    exit_status: str | None = None
+    calls: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sock(self) -> socket.socket:
+        return self.spawned.sock
+
+    def remaining(self, cap: float) -> float:
+        return max(0.1, min(cap, self.deadline - time.monotonic()))
+
+    def request(self, header: dict[str, Any], fds: list[int] | None = None, *, timeout: float) -> wire.Message:
+        try:
+            wire.send(self.sock, header, fds)
+            return wire.recv(self.sock, self.remaining(timeout))
+        except wire.WireTimeout:
+            raise Refusal("timeout", f"the candidate did not answer `{header.get('op')}` within "
+                          f"{self.remaining(timeout):.0f} s (a hang?); its process was stopped") from None
+        except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
+            self.exit_status = self.sandbox.reap(self.spawned)
+            raise Refusal("crashed", f"the candidate's process died ({self.exit_status})") from None
+        except wire.WireError as exc:
+            raise Refusal("protocol_error", f"the candidate's process broke the protocol: {exc}") from None
+        finally:
+            for fd in fds or []:
+                try:
+                    import os
+
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def close(self) -> str:
+        if self.exit_status is None:
+            self.exit_status = self.sandbox.reap(self.spawned)
+        return self.exit_status
+
+    def output(self, limit: int = 2000) -> dict[str, Any]:
+        """What the candidate printed (the last `limit` bytes of its size-limited log)."""
+        path = self.spawned.workdir / LOG_NAME
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as f:
+                f.seek(max(0, size - limit))
+                return {"output_bytes": size, "output_tail": f.read(limit).decode("utf-8", "replace")}
+        except OSError:
+            return {"output_bytes": 0, "output_tail": ""}
+
+
+def _raise_error(header: dict[str, Any]) -> None:
+    err = header.get("error")
+    if not isinstance(err, dict):
+        raise Refusal("protocol_error", "the candidate's process answered neither a result nor an error")
+    cls = str(err.get("error_class") or "runtime_error")
+    allowed = {"runtime_error", "rejected", "import_error", "wrong_output", "needs_gpu", "internal_error"}
+    if cls not in allowed:
+        cls = "runtime_error"
+    line = err.get("line") if isinstance(err.get("line"), int) else None
+    message = str(err.get("message") or "the candidate raised")[:4000]
+    if cls == "needs_gpu":
+        message = (f"entry() launched the Gluon kernel {err.get('kernel')}: Gluon kernels run only on a GPU, and the "
+                   "Triton interpreter that checks candidates on this machine cannot execute them. `compile` "
+                   "reports their sm_90 resources here; check and time them where a GPU is present.")
+    if header.get("fatal"):
+        message += " (the CUDA context of the candidate's process was lost; the process is replaced)"
+        cls = "cuda_error"
+    raise Refusal(cls, message, line)
+
+
+def _receive_outputs(msg: wire.Message, problem: Problem, refs: tuple[Any, ...], per: int | None = None) -> list[Any]:
+    """The tensors of a reply, checked against the reference's count, shapes and a dtype whitelist."""
+    specs = msg.header.get("tensors")
+    if not isinstance(specs, list) or len(specs) != len(msg.fds):
+        raise Refusal("protocol_error", "the candidate's outputs arrived without their descriptors")
+    want = per if per is not None else len(refs)
+    if per is None and len(specs) != len(refs):
+        raise Refusal("wrong_output", f"entry() returned {len(specs)} outputs; expected {len(refs)} "
+                                      f"({', '.join(problem.output_names)})")
+    out = []
+    for i, (spec, fd) in enumerate(zip(specs, msg.fds)):
+        if not isinstance(spec, dict):
+            raise Refusal("protocol_error", "an output spec is not an object")
+        ref = refs[i % want]
+        name = problem.output_names[i % want]
+        if list(spec.get("shape", [])) != list(ref.shape):
+            raise Refusal("wrong_shape", f"output '{name}' has shape {tuple(spec.get('shape', []))}; "
+                                         f"expected {tuple(ref.shape)}")
+        try:
+            out.append(wire.tensor_from_fd(fd, str(spec.get("dtype")), list(spec["shape"]), OUTPUT_LIMIT_BYTES))
+        except wire.WireError as exc:
+            raise Refusal("wrong_output", f"output '{name}': {exc}") from None
+    return out
+
+
+def _compare_all(problem: Problem, outs: list[Any], refs: tuple[Any, ...], where: str) -> float:
+    worst = 0.0
+    for name, out, ref in zip(problem.output_names, outs, refs):
+        verdict = compare(out.to(ref.device), ref, problem.tolerance_for(name))
+        worst = max(worst, verdict["rel_err"])
+        if not verdict["ok"]:
+            cls = "nan" if "non-finite" in verdict["reason"] else "incorrect"
+            raise Refusal(cls, f"output '{name}' {where}: {verdict['reason']}",
+                          max_rel_err=None if math.isinf(worst) else worst)
+    return worst
+
+
+def _fail(error_class: str, error: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
+    return {"ok": False, "correct": False, "verified": False, "error_class": error_class, "error": error,
+            "error_line": line, "max_rel_err": None, "timing": None, "speedup": None, **extra}
+
+
+def check_plan(cuda: bool, problem: Problem, shape: str) -> list[tuple[str, int]]:
+    shapes = [shape] if cuda else []
+    plan = [(s, secrets.randbits(31)) for s in shapes for _ in range(TRIALS_AT_SHAPE)]
+    for check in problem.check_shapes:
+        if check != shape or not cuda:
+            plan += [(check, secrets.randbits(31)) for _ in range(TRIALS_PER_CHECK_SHAPE)]
+    return plan
+
+
+def primary_baseline(problem: Problem, requested: str | None) -> tuple[Any, str | None]:
+    """The baseline to time against: the requested one, else the first that can run here."""
+    if requested:
+        b = problem.baseline(requested)
+        return b, b.available()
+    reasons = []
+    for b in problem.baselines:
+        why = b.available()
+        if why is None:
+            return b, None
+        reasons.append(f"{b.name}: {why}")
+    return None, "; ".join(reasons) or "the problem has no baseline"
+
+
+def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
+    problem = get_problem(job["problem"])
+    shape = job.get("shape") or "bench"
+    problem.dims(shape)
+    source = job["source"]
+    base = {"problem": problem.name, "shape": shape, "device": worker.device_info,
+            "sandbox": worker.sandbox.describe()}
+
+    violations = guard.static_check(source)
+    if violations:
+        first = violations[0]
+        syntax = first.message.startswith("SyntaxError")
+        return {**base, **_fail("syntax_error" if syntax else "rejected",
+                                "; ".join(v.message + (f" (line {v.line})" if v.line else "") for v in violations),
+                                first.line), "violations": [v.to_dict() for v in violations]}
+
+    timed = worker.cuda and job.get("timing", True)
+    baseline, why_not = primary_baseline(problem, job.get("baseline")) if timed else (None, None)
+    deadline = time.monotonic() + float(job.get("deadline_s", 590.0))
+    plan = check_plan(worker.cuda, problem, shape)
+    result: dict[str, Any] = {**base, "shapes_checked": sorted({s for s, _ in plan})}
+    baseline_runs: list[dict[str, Any]] = []
+    graph_mode = job.get("graph", "auto")
+
+    session = Session(worker.sandbox, worker.sandbox.spawn(source_sha(source), source), deadline)
+    try:
+        worker.progress("loading candidate")
+        answer = session.request({"op": "load"}, timeout=LOAD_TIMEOUT_S)
+        if not answer.header.get("ok"):
+            _raise_error(answer.header)
+        worst, trials = _check(worker, problem, plan, session)
+        result.update(max_rel_err=worst, trials=trials)
+        if not timed:
+            session.close()
+            result.update(session.output())
+            note = ("no GPU: correctness was checked under the Triton interpreter at the small check shapes "
+                    f"({', '.join(result['shapes_checked'])}); no timing was taken") if not worker.cuda \
+                else "timing not requested"
+            return {**result, "ok": True, "correct": True, "verified": True, "error_class": None, "error": None,
+                    "candidate_exit": session.exit_status,
+                    "error_line": None, "timing": None, "speedup": None, "baseline": None, "timing_note": note,
+                    "verification": {"by": VERIFICATION, "checked_calls": session.calls, "bounds": None}}
+        session_timing = _time_candidate(worker, problem, shape, session, graph_mode, job)
+    except Refusal as r:
+        status = session.close()
+        extra = dict(r.extra)
+        return {**result, **_fail(r.error_class, r.message, r.line, **extra), "candidate_exit": status,
+                "trials": extra.get("trials", result.get("trials")), **session.output()}
+    status = session.close()
+    result.update(session.output())
+
+    # The baseline, timed while no candidate process exists (the one above is dead and reaped).
+    out_baseline: dict[str, Any] | None = None
+    if baseline is not None and why_not is None:
+        worker.progress("timing the baseline")
+        baseline_runs.append(_time_baseline(worker, problem, shape, baseline, session_timing["graph"], job))
+        out_baseline = {"name": baseline.name, **baseline_runs[-1]}
+    else:
+        out_baseline = {"name": getattr(baseline, "name", None), "error": why_not}
+    return _verdict(worker, problem, shape, result, session_timing, out_baseline, status)
+
+
+def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: Session) -> tuple[float, list]:
+    trials: list[dict[str, Any]] = []
+    worst = 0.0
+    for shape, seed in plan:
+        worker.progress(f"checking {shape} (seed {seed})")
+        inputs = problem.inputs(shape, seed, worker.device)
+        refs = as_outputs(problem.reference(*inputs))
+        specs, fds = wire.pack_values(inputs)
+        answer = session.request({"op": "call", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
+        session.calls += 1
+        try:
+            if not answer.header.get("ok"):
+                _raise_error(answer.header)
+            outs = _receive_outputs(answer, problem, refs)
+        except Refusal as r:
+            trials.append({"shape": shape, "seed": seed, "ok": False, "error_class": r.error_class,
+                           "error": r.message})
+            r.extra["trials"] = trials
+            raise
+        finally:
+            answer.close_fds()
+        mutated = answer.header.get("mutated") or []
+        if mutated:
+            raise Refusal("input_mutated", f"entry() modified its input #{mutated[0]}: inputs must be left unchanged",
+                          trials=trials)
+        try:
+            err = _compare_all(problem, outs, refs, f"at shape {shape} (seed {seed})")
+        except Refusal as r:
+            trials.append({"shape": shape, "seed": seed, "ok": False, "error_class": r.error_class,
+                           "error": r.message})
+            r.extra["trials"] = trials
+            raise
+        worst = max(worst, err)
+        trials.append({"shape": shape, "seed": seed, "ok": True, "max_rel_err": err})
+    return worst, trials
+
+
+def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session, graph_mode: Any,
+                    job: dict[str, Any]) -> dict[str, Any]:
+    """Timed reps in the candidate's process, every batch bracketed here and a sample of reps checked here."""
+    torch = worker.torch
+    calib = worker.ensure_timer()
+    seeds = [secrets.randbits(31) for _ in range(TIMING_SETS + 1)]
+    pilot_inputs = problem.inputs(shape, seeds[0], "cuda")
+    if graph_mode == "auto":
+        worker.progress("pilot timing")
+        specs, fds = wire.pack_values(pilot_inputs)
+        answer = session.request({"op": "pilot", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
+        if not answer.header.get("ok"):
+            _raise_error(answer.header)
+        pilot = answer.header.get("pilot_us")
+        graph = isinstance(pilot, (int, float)) and pilot < GRAPH_BELOW_US
+    else:
+        pilot = None
+        graph = bool(graph_mode)
+    del pilot_inputs
+
+    sets = [problem.inputs(shape, s, "cuda") for s in seeds[1:]]
+    refs = [as_outputs(problem.reference(*inputs)) for inputs in sets]
+    specs_all, fds_all = [], []
+    for inputs in sets:
+        specs, fds = wire.pack_values(inputs)
+        offset = len(fds_all)
+        specs_all.append([{**s, "fd": s["fd"] + offset} if s.get("kind") == "tensor" else s for s in specs])
+        fds_all.extend(fds)
+    worker.progress("timing: capture" if graph else "timing: warm-up")
+    answer = session.request({"op": "time_setup", "sets": specs_all, "graph": graph,
+                              "flush_bytes": calib.flush_bytes}, fds_all, timeout=CALL_TIMEOUT_S)
+    if not answer.header.get("ok"):
+        _raise_error(answer.header)
+    out_specs = answer.header.get("outputs") or []
+    graph = bool(answer.header.get("graph"))
+    set_bytes = sum(x.numel() * x.element_size() for x in sets[0] if isinstance(x, torch.Tensor))
+    out_bytes = sum(math.prod(s.get("shape", [])) * _itemsize(torch, s.get("dtype")) for s in out_specs
+                    if isinstance(s, dict))
+    out_shapes = [(tuple(s["shape"]), getattr(torch, str(s.get("dtype")), torch.float32)) for s in out_specs
+                  if isinstance(s, dict) and isinstance(s.get("shape"), list)]
+    overhead = calib.overhead_us(sets, out_shapes)
+    per_rep_guess = overhead + float(pilot or 50.0)
+    budget_us = float(job.get("budget_s", 2.0)) * 1e6
+    reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0))))
+    per_batch = int(max(2, min(256, STASH_BYTES // max(out_bytes, 1))))
+
+    rng = random.Random(secrets.randbits(64))
+    samples: list[float] = []
+    batches: list[bounds.BatchRecord] = []
+    checked = 0
+    worst = 0.0
+    started_unix = time.time()
+    wall_start = time.perf_counter()
+    done = 0
+    while done < reps:
+        k = min(per_batch, reps - done)
+        order = [rng.randrange(len(sets)) for _ in range(k)]
+        t0 = time.perf_counter()
+        answer = session.request({"op": "batch", "order": order}, timeout=CALL_TIMEOUT_S)
+        wall_us = (time.perf_counter() - t0) * 1e6
+        if not answer.header.get("ok"):
+            _raise_error(answer.header)
+        us = answer.header.get("us")
+        if not isinstance(us, list) or len(us) != k or not all(isinstance(x, (int, float)) for x in us):
+            raise Refusal("protocol_error", "the candidate's process reported malformed timing samples")
+        batch_samples = [float(x) for x in us]
+        if not all(math.isfinite(x) for x in batch_samples):
+            raise Refusal("timing_mismatch", "the candidate's process reported non-finite timing samples")
+        batches.append(bounds.BatchRecord(wall_us, batch_samples))
+        samples.extend(batch_samples)
+        # Which reps to check is decided now, after they ran.
+        slots = list(range(k)) if out_bytes * k <= CHECK_ALL_BELOW_BYTES else rng.sample(range(k), min(2, k))
+        slots = sorted(rng.sample(slots, min(len(slots), MAX_CHECKS_PER_BATCH)))
+        fetched = session.request({"op": "fetch", "slots": slots}, timeout=CALL_TIMEOUT_S)
+        try:
+            per = len(refs[0])
+            outs = _receive_outputs(fetched, problem, refs[0], per=per)
+            if len(outs) != per * len(slots):
+                raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
+            for n, j in enumerate(slots):
+                worst = max(worst, _compare_all(problem, outs[n * per:(n + 1) * per], refs[order[j]],
+                                                f"of timed rep {done + j + 1} (a {'graph replay' if graph else 'call'})"))
+                checked += 1
+        finally:
+            fetched.close_fds()
+        done += k
+        worker.progress("timing", done, reps)
+    wall_s = time.perf_counter() - wall_start
+    return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
+            "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
+            "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
+                            "started_unix": started_unix, "ended_unix": time.time()}}
+
+
+def _itemsize(torch: Any, dtype: Any) -> int:
+    try:
+        return int(torch.empty((), dtype=getattr(torch, str(dtype))).element_size())
+    except (AttributeError, TypeError):
+        return 4
+
+
+def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,
+                   job: dict[str, Any]) -> dict[str, Any]:
+    timer = worker.ensure_timer().timer
+    inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
+    fn = baseline.fn
+    stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=graph,
+                          budget_s=float(job.get("baseline_budget_s", job.get("budget_s", 2.0))) / 2)
+    return dict(stats["baseline"])
+
+
+def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], timing: dict[str, Any],
+             out_baseline: dict[str, Any] | None, status: str) -> dict[str, Any]:
+    dims = problem.dims(shape)
+    stats = summarize(timing["samples"])
+    median_us = stats["median_us"]
+    ceil = worker.ceilings or {}
+    flops, nbytes = problem.flops(dims), problem.bytes(dims)
+    floor = bounds.physical_floor(nbytes, flops, ceil)
+    bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"])
+    cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"]}
+    median_s = median_us * 1e-6
+    achieved = {
+        "gbps": nbytes / median_s / 1e9 if median_s > 0 else None,
+        "tflops": flops / median_s / 1e12 if median_s > 0 else None,
+        "dram_share": nbytes / median_s / 1e9 / ceil["dram_gbps"] if ceil.get("dram_gbps") and median_s > 0 else None,
+        "bf16_share": flops / median_s / 1e12 / ceil["bf16_tflops"] if ceil.get("bf16_tflops") and median_s > 0
+        else None,
+        "floor_us": floor.floor_us if floor else None,
+    }
+    bounds_report = {"floor": floor.as_dict() if floor else None, "bracket": bracket.as_dict(),
+                     "checked_reps": timing["checked_reps"], "reps": timing["reps"]}
+    verification = {"by": VERIFICATION + "+bounds", "checked_calls": len(result.get("trials") or []),
+                    "checked_timed_reps": timing["checked_reps"], "bounds": bounds_report, "census": None}
+    speedup = None
+    if out_baseline and out_baseline.get("median_us"):
+        speedup = out_baseline["median_us"] / median_us if median_us > 0 else None
+    report = {**result, "ok": True, "correct": True, "verified": True, "error_class": None, "error": None,
+              "error_line": None, "max_rel_err": max(result.get("max_rel_err") or 0.0, timing["max_rel_err"]),
+              "timing": cand, "baseline": out_baseline, "speedup": speedup, "achieved": achieved,
+              "ceilings": ceil, "telemetry": {"before": worker.telemetry_before, "after": telemetry.snapshot()},
+              "timing_loop": timing["timing_loop"], "verification": verification, "candidate_exit": status}
+    if floor is not None and median_us < floor.floor_us:
+        report.update(ok=False, correct=False, verified=False, error_class="impossible_timing", speedup=None,
+                      error=f"a median of {median_us:.2f} us is below the physical floor of {floor.floor_us:.2f} us "
+                            f"({nbytes / 1e6:.1f} MB at {ceil['dram_gbps'] * bounds.CEILING_MARGIN:.0f} GB/s, "
+                            f"{flops / 1e9:.2f} GFLOP at {ceil['bf16_tflops'] * bounds.CEILING_MARGIN:.0f} TFLOP/s): "
+                            "the timing cannot be real")
+    elif not bracket.ok:
+        report.update(ok=False, correct=False, verified=False, error_class="timing_mismatch", speedup=None,
+                      error=f"timing refused: {bracket.reason}")
+    if statistics.median(timing["samples"]) <= 0:
+        report.update(ok=False, correct=False, verified=False, error_class="impossible_timing", speedup=None,
+                      error="the reported timing samples are not positive")
+    return report

@@ -1,0 +1,322 @@
+"""Where candidate code runs: a fresh process per candidate source, forked from a warm zygote, that decides nothing.
+
+The judge (tools.worker) forks a zygote at start-up, after importing torch and Triton but before touching
+CUDA, so a candidate process costs a fork and a CUDA context (0.25 s on the H200), not the 5 s of a fresh
+`import torch`. Each candidate process, before any candidate code is loaded:
+- starts its own session, dies with the zygote (PR_SET_PDEATHSIG), keeps no descriptor but its socket to the
+  judge, and writes its stdout and stderr to a size-limited file;
+- puts itself in a Landlock sandbox (tools.landlock): it may read anything, write only in its own directory
+  (so nothing of MARATHON_HOME: log, token, compile cache; nothing of the project, nor of another source's
+  directory), open no TCP connection, signal or ptrace nothing outside its sandbox (not the judge, not the
+  server); where it runs as root its capabilities are dropped;
+- gets an environment that names no state directory and holds no credentials;
+- keeps its Triton cache per source (a repeat profile of the same source skips the JIT), never shared between
+  sources (one source could plant binaries for another's kernels).
+Where Landlock is missing (an old kernel), `Sandbox.describe()` says so and every report carries it.
+The zygote is the candidates' subreaper: `reap` kills the candidate and every process it started, however it
+detached, so nothing a candidate leaves behind runs into the next job or the baseline's timing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import resource
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools import landlock, wire
+
+OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024
+LOG_NAME = "candidate_output.log"
+KEEP_SOURCE_DIRS = 48  # per-source directories (with their Triton caches) kept, newest first
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+# The candidate's environment: only what torch, Triton and the CUDA driver need.
+_DROP_ENV = ("MARATHON_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "MARATHON_TOKEN", "MARATHON_RUN_ID",
+             "MARATHON_SANDBOX_DIR", "VIRTUAL_ENV", "TORCHINDUCTOR_CACHE_DIR", "TRITON_HOME")
+# Device files a CUDA process opens for writing; nothing else under /dev is writable from the sandbox.
+_DEVICE_GLOBS = ("nvidia*", "nvidia-caps/*", "null", "zero", "full", "random", "urandom", "tty")
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the zygote's reap still kills by process group
+        pass
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A candidate process as the judge holds it: its pid and the judge's end of its socket."""
+
+    pid: int
+    sock: socket.socket
+    workdir: Path
+
+
+class Sandbox:
+    """The judge's handle on its zygote. Create it before CUDA is initialised in this process."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.landlock_abi = landlock.abi_version()
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:  # the zygote
+            judge_end.close()
+            code = 1
+            try:
+                code = _zygote_main(zygote_end, root)
+            finally:
+                os._exit(code)
+        zygote_end.close()
+        self.zygote_pid = pid
+        self._sock = judge_end
+
+    def describe(self) -> dict[str, Any]:
+        if self.landlock_abi >= 1:
+            return {"process": "fresh per candidate source", "landlock_abi": self.landlock_abi,
+                    "filesystem": "writes only to its own directory",
+                    "network": "no TCP" if self.landlock_abi >= 4 else "unrestricted",
+                    "signals": "own processes only" if self.landlock_abi >= 6 else "unrestricted",
+                    "note": None}
+        return {"process": "fresh per candidate source", "landlock_abi": 0, "filesystem": "unrestricted",
+                "network": "unrestricted", "signals": "unrestricted",
+                "note": "this kernel has no Landlock: candidate processes are separate and decide nothing, but could "
+                        "write to this user's files"}
+
+    def spawn(self, sha: str, source: str, timeout: float = 30.0) -> Spawned:
+        wire.send(self._sock, {"op": "spawn", "sha": sha, "source": source})
+        msg = wire.recv(self._sock, timeout)
+        if msg.header.get("error") or len(msg.fds) != 1:
+            msg.close_fds()
+            raise RuntimeError(f"the zygote could not start a candidate process: {msg.header.get('error')}")
+        sock = socket.socket(fileno=msg.fds[0])
+        return Spawned(int(msg.header["pid"]), sock, Path(msg.header["workdir"]))
+
+    def reap(self, spawned: Spawned, timeout: float = 30.0) -> str:
+        """Kill the candidate and everything it started; how it ended ('exited with code 0', 'killed by ...')."""
+        try:
+            spawned.sock.close()
+        except OSError:
+            pass
+        wire.send(self._sock, {"op": "reap", "pid": spawned.pid})
+        msg = wire.recv(self._sock, timeout)
+        return str(msg.header.get("status", "unknown"))
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            os.kill(self.zygote_pid, signal.SIGKILL)
+            os.waitpid(self.zygote_pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+# -- the zygote (a child of the judge that never touches CUDA) ---------------------------------------
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"killed by signal {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def _zygote_main(sock: socket.socket, root: Path) -> int:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    for fd in _open_fds():
+        if fd not in (sock.fileno(), 0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    ended: dict[int, str] = {}
+    while True:
+        try:
+            msg = wire.recv(sock, timeout=3600 * 24 * 365)
+        except wire.WireError:
+            _kill_descendants()
+            return 0
+        op = msg.header.get("op")
+        msg.close_fds()
+        _collect(ended)
+        if op == "spawn":
+            try:
+                sha, source = str(msg.header["sha"]), str(msg.header["source"])
+                workdir = _source_dir(root, sha)
+                judge_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                pid = os.fork()
+                if pid == 0:
+                    judge_end.close()
+                    sock.close()
+                    code = 0
+                    try:
+                        _candidate_main(child_end, workdir, source)
+                    except BaseException:
+                        code = 70
+                    os._exit(code)
+                child_end.close()
+                wire.send(sock, {"pid": pid, "workdir": str(workdir)}, [judge_end.fileno()])
+                judge_end.close()
+            except Exception as exc:
+                wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"})
+        elif op == "reap":
+            wire.send(sock, {"status": _reap(int(msg.header["pid"]), ended)})
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 1024))
+
+
+def _collect(ended: dict[int, str]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        ended[pid] = _describe_status(status)
+
+
+def _process_parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return parents
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return parents
+
+
+def _kill_descendants() -> int:
+    """SIGKILL every process below the zygote (orphans a candidate left behind reparent here: the subreaper)."""
+    me = os.getpid()
+    killed = 0
+    for _ in range(5):  # a fork racing the kill shows up in the next sweep
+        parents = _process_parents()
+        below, frontier = set(), {me}
+        while frontier:
+            frontier = {p for p, parent in parents.items() if parent in frontier and p not in below}
+            below |= frontier
+        if not below:
+            break
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.002)
+    return killed
+
+
+def _reap(pid: int, ended: dict[int, str]) -> str:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _kill_descendants()  # one candidate at a time per zygote: everything below it belongs to this one
+    deadline = time.monotonic() + 20
+    while pid not in ended and time.monotonic() < deadline:
+        _collect(ended)
+        if pid not in ended:
+            time.sleep(0.002)
+    _collect(ended)
+    for other in [p for p in ended if p != pid]:
+        del ended[other]  # the candidate's own children, collected by the subreaper
+    return ended.pop(pid, "still running after SIGKILL")
+
+
+def _source_dir(root: Path, sha: str) -> Path:
+    """`root/<sha16>/`: `work/` emptied for each process, `triton-cache/` kept for the same source."""
+    folder = root / sha[:16]
+    work = folder / "work"
+    if folder.exists() and folder.stat().st_uid != os.geteuid():
+        shutil.rmtree(folder, ignore_errors=True)  # not ours (another user's server): never reuse it
+    if work.exists():
+        shutil.rmtree(work, ignore_errors=True)
+    for d in (folder, work, folder / "triton-cache"):
+        d.mkdir(mode=0o700, exist_ok=True)
+    os.utime(folder)
+    _prune(root, keep=folder)
+    return work
+
+
+def _prune(root: Path, keep: Path) -> None:
+    folders = sorted((p for p in root.iterdir() if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime,
+                     reverse=True)
+    for old in folders[KEEP_SOURCE_DIRS:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# -- the candidate process (forked from the zygote) --------------------------------------------------
+
+
+def _devices() -> list[str]:
+    import glob
+
+    return sorted({p for pattern in _DEVICE_GLOBS for p in glob.glob(f"/dev/{pattern}")})
+
+
+def _candidate_main(sock: socket.socket, workdir: Path, source: str) -> None:
+    os.setsid()
+    for fd in _open_fds():
+        if fd not in (sock.fileno(), 0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.chdir(workdir)
+    log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a flood of prints ends in an error, not a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for name in _DROP_ENV:
+        os.environ.pop(name, None)
+    os.environ.update(HOME=str(workdir), TMPDIR=str(workdir),
+                      TRITON_CACHE_DIR=str(workdir.parent / "triton-cache"))
+    path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
+    path.write_text(source, encoding="utf-8")
+    if landlock.abi_version() >= 1:
+        landlock.restrict(read=["/"], write=[str(workdir.parent)], devices=_devices())
+    if os.geteuid() == 0:
+        landlock.drop_capabilities()
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own streams
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    from tools.candidate_host import serve
+
+    serve(sock, path)
