@@ -101,6 +101,9 @@ class Service:
             "baseline_us": (report.get("baseline") or {}).get("median_us"),
             "device": (device or {}).get("name", "cpu") if isinstance(device, dict) else (device or "none"),
             "intent_id": intent_id,
+            # Only the judge's own verdict, with every check passed, is verified (state.events ATTEMPT).
+            "verified": tool == "profile" and report.get("verified") is True and outcome == "correct",
+            "verification": (report.get("verification") or {}).get("by") if report.get("verified") else None,
         }
         if tool == "compile":
             payload["kernels"] = [{k: kern.get(k) for k in ("name", "registers", "spill_bytes", "shared_bytes",
@@ -157,6 +160,8 @@ class Service:
         job = {"op": "profile", "problem": problem, "shape": shape, "source": source,
                "graph": "auto" if graph is None else graph, "baseline": baseline}
         report = self.pool.run(job, timeout=timeout, progress=progress, cancel=cancel)
+        if report.get("verified") and report.get("timing"):
+            self._census(problem, source, shape, report, run_id, progress, cancel)
         if ncu and report.get("timing"):
             report["ncu"] = self._ncu(problem, source, shape, report, progress)
         report.setdefault("problem", problem)
@@ -167,6 +172,39 @@ class Service:
         report["attempt_id"] = self._attempt("profile", report, sha, run_id, intent.id)
         self._result("profile", intent, bool(report.get("ok")), report, report.get("error"), run_id)
         return report
+
+    def _census(self, problem: str, source: str, shape: str, report: dict[str, Any], run_id: str | None,
+                progress: Progress | None, cancel: threading.Event | None) -> None:
+        """The kernel census (tools.census) for a verified timing that is about to become a best: the fastest
+        verified attempt of its problem, shape and device in the whole log or in its run. Kept in the log per
+        source, so a source is censused once. A refusal takes the verdict back."""
+        device = (report.get("device") or {}).get("name", "none")
+        median = (report.get("timing") or {}).get("median_us")
+        rivals = [self.log.best(problem, shape, device=device)]
+        if run_id is not None:
+            rivals.append(self.log.best(problem, shape, device=device, run_id=run_id))
+        if not any(r is None or r.get("median_us") is None or median < r["median_us"] for r in rivals):
+            report["verification"]["census"] = {"status": "not_needed",
+                                                "reason": "slower than the best attempts it would replace"}
+            return
+        sha = self.log.put_source(source)
+        key = f"census:{sha}:{problem}:{shape}:{device}"
+        cached = self.log.by_key(key)
+        if cached is not None:
+            census = {**cached.payload["result"], "cached": True}
+        else:
+            census = self.pool.run({"op": "census", "problem": problem, "shape": shape, "source": source},
+                                   progress=progress, cancel=cancel)
+            if census.get("status") in {"passed", "refused"}:
+                self.log.append("census", {"problem": problem, "shape": shape, "source_sha": sha,
+                                           "device": device, "result": census}, run_id=run_id, key=key)
+        report["verification"]["census"] = census
+        status = census.get("status")
+        if status == "passed":
+            report["verification"]["by"] += "+census"
+        elif status not in {"unavailable", "not_applicable"}:
+            report.update(ok=False, correct=False, verified=False, error_class="census_failed", speedup=None,
+                          error="kernel census: " + str(census.get("reason") or census.get("error") or status))
 
     @staticmethod
     def _ncu(problem: str, source: str, shape: str, report: dict[str, Any],

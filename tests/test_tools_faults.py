@@ -85,10 +85,11 @@ def test_exception_points_at_candidate_line(pool: WorkerPool) -> None:
 
 
 def test_output_flood_is_contained(pool: WorkerPool) -> None:
-    src = variant(RETURN, "    for _ in range(80):\n        print('x' * (1 << 20))\n" + RETURN)
+    """80 MB of prints are counted and dropped as they come (a pipe the judge drains), never stored."""
+    src = variant(RETURN, "    for _ in range(20):\n        print('x' * (1 << 20))\n" + RETURN)
     r = profile(pool, src)
-    assert r["correct"] is False and r["error_class"] == "runtime_error"
-    assert "File too large" in r["error"] or "Errno 27" in r["error"]
+    assert r["correct"] is True, r
+    assert r["output_bytes"] >= 20 * 4 * (1 << 20) and len(r["output_tail"]) <= 2000
     assert_healthy(pool)
 
 

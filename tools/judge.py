@@ -28,7 +28,7 @@ from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
-from tools.sandbox import LOG_NAME, Sandbox, Spawned
+from tools.sandbox import Sandbox, Spawned
 from tools.timing import GRAPH_BELOW_US, summarize
 
 TRIALS_AT_SHAPE = 3
@@ -99,15 +99,8 @@ class Session:
         return self.exit_status
 
     def output(self, limit: int = 2000) -> dict[str, Any]:
-        """What the candidate printed (the last `limit` bytes of its size-limited log)."""
-        path = self.spawned.workdir / LOG_NAME
-        try:
-            size = path.stat().st_size
-            with open(path, "rb") as f:
-                f.seek(max(0, size - limit))
-                return {"output_bytes": size, "output_tail": f.read(limit).decode("utf-8", "replace")}
-        except OSError:
-            return {"output_bytes": 0, "output_tail": ""}
+        """What the candidate printed (the last `limit` bytes, and how many it printed in all)."""
+        return self.spawned.output.snapshot(limit)
 
 
 def _raise_error(header: dict[str, Any]) -> None:
@@ -219,13 +212,20 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     baseline_runs: list[dict[str, Any]] = []
     graph_mode = job.get("graph", "auto")
 
+    phases: dict[str, float] = {}
+    result["phases"] = phases
+    t0 = time.perf_counter()
     session = Session(worker.sandbox, worker.sandbox.spawn(source_sha(source), source), deadline)
     try:
         worker.progress("loading candidate")
         answer = session.request({"op": "load"}, timeout=LOAD_TIMEOUT_S)
         if not answer.header.get("ok"):
             _raise_error(answer.header)
+        phases["spawn_load_s"] = round(time.perf_counter() - t0, 4)
+        t0 = time.perf_counter()
         worst, trials = _check(worker, problem, plan, session)
+        phases["checks_s"] = round(time.perf_counter() - t0, 4)
+        t0 = time.perf_counter()
         result.update(max_rel_err=worst, trials=trials)
         if not timed:
             session.close()
@@ -238,13 +238,18 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
                     "error_line": None, "timing": None, "speedup": None, "baseline": None, "timing_note": note,
                     "verification": {"by": VERIFICATION, "checked_calls": session.calls, "bounds": None}}
         session_timing = _time_candidate(worker, problem, shape, session, graph_mode, job)
+        phases["timing_s"] = round(time.perf_counter() - t0, 4)
+        phases["timed_loop_s"] = round(session_timing["timing_loop"]["wall_s"], 4)
     except Refusal as r:
         status = session.close()
         extra = dict(r.extra)
         return {**result, **_fail(r.error_class, r.message, r.line, **extra), "candidate_exit": status,
                 "trials": extra.get("trials", result.get("trials")), **session.output()}
+    t0 = time.perf_counter()
     status = session.close()
     result.update(session.output())
+    phases["reap_s"] = round(time.perf_counter() - t0, 4)
+    t0 = time.perf_counter()
 
     # The baseline, timed while no candidate process exists (the one above is dead and reaped).
     out_baseline: dict[str, Any] | None = None
@@ -254,6 +259,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         out_baseline = {"name": baseline.name, **baseline_runs[-1]}
     else:
         out_baseline = {"name": getattr(baseline, "name", None), "error": why_not}
+    phases["baseline_s"] = round(time.perf_counter() - t0, 4)
     return _verdict(worker, problem, shape, result, session_timing, out_baseline, status)
 
 

@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,6 @@ from typing import Any
 
 from tools import landlock, wire
 
-OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024
-LOG_NAME = "candidate_output.log"
 KEEP_SOURCE_DIRS = 48  # per-source directories (with their Triton caches) kept, newest first
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -53,13 +52,46 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+class OutputTail:
+    """What a candidate prints, drained from its pipe by a thread of the judge: the last `keep` bytes and the
+    count. A candidate that prints without end costs a thread's reads, never a full disk or a blocked write."""
+
+    def __init__(self, fd: int, keep: int = 4096) -> None:
+        self.keep = keep
+        self.total = 0
+        self._tail = b""
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="candidate-output")
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return
+                with self._lock:
+                    self.total += len(chunk)
+                    self._tail = (self._tail + chunk)[-self.keep:]
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+
+    def snapshot(self, limit: int = 2000, wait_s: float = 0.5) -> dict[str, Any]:
+        self._thread.join(timeout=wait_s)  # after the process ended, let the last writes arrive
+        with self._lock:
+            return {"output_bytes": self.total, "output_tail": self._tail[-limit:].decode("utf-8", "replace")}
+
+
 @dataclass(frozen=True)
 class Spawned:
-    """A candidate process as the judge holds it: its pid and the judge's end of its socket."""
+    """A candidate process as the judge holds it: its pid, the judge's end of its socket, its output."""
 
     pid: int
     sock: socket.socket
     workdir: Path
+    output: OutputTail
 
 
 class Sandbox:
@@ -97,11 +129,11 @@ class Sandbox:
     def spawn(self, sha: str, source: str, timeout: float = 30.0) -> Spawned:
         wire.send(self._sock, {"op": "spawn", "sha": sha, "source": source})
         msg = wire.recv(self._sock, timeout)
-        if msg.header.get("error") or len(msg.fds) != 1:
+        if msg.header.get("error") or len(msg.fds) != 2:
             msg.close_fds()
             raise RuntimeError(f"the zygote could not start a candidate process: {msg.header.get('error')}")
         sock = socket.socket(fileno=msg.fds[0])
-        return Spawned(int(msg.header["pid"]), sock, Path(msg.header["workdir"]))
+        return Spawned(int(msg.header["pid"]), sock, Path(msg.header["workdir"]), OutputTail(msg.fds[1]))
 
     def reap(self, spawned: Spawned, timeout: float = 30.0) -> str:
         """Kill the candidate and everything it started; how it ended ('exited with code 0', 'killed by ...')."""
@@ -162,19 +194,23 @@ def _zygote_main(sock: socket.socket, root: Path) -> int:
                 sha, source = str(msg.header["sha"]), str(msg.header["source"])
                 workdir = _source_dir(root, sha)
                 judge_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                out_r, out_w = os.pipe()
                 pid = os.fork()
                 if pid == 0:
                     judge_end.close()
                     sock.close()
+                    os.close(out_r)
                     code = 0
                     try:
-                        _candidate_main(child_end, workdir, source)
+                        _candidate_main(child_end, out_w, workdir, source)
                     except BaseException:
                         code = 70
                     os._exit(code)
                 child_end.close()
-                wire.send(sock, {"pid": pid, "workdir": str(workdir)}, [judge_end.fileno()])
+                os.close(out_w)
+                wire.send(sock, {"pid": pid, "workdir": str(workdir)}, [judge_end.fileno(), out_r])
                 judge_end.close()
+                os.close(out_r)
             except Exception as exc:
                 wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"})
         elif op == "reap":
@@ -285,8 +321,10 @@ def _devices() -> list[str]:
     return sorted({p for pattern in _DEVICE_GLOBS for p in glob.glob(f"/dev/{pattern}")})
 
 
-def _candidate_main(sock: socket.socket, workdir: Path, source: str) -> None:
+def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str) -> None:
     os.setsid()
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
     for fd in _open_fds():
         if fd not in (sock.fileno(), 0, 1, 2):
             try:
@@ -298,12 +336,6 @@ def _candidate_main(sock: socket.socket, workdir: Path, source: str) -> None:
     os.close(null)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.chdir(workdir)
-    log = os.open(LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a flood of prints ends in an error, not a full disk
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name in _DROP_ENV:
         os.environ.pop(name, None)
@@ -311,6 +343,13 @@ def _candidate_main(sock: socket.socket, workdir: Path, source: str) -> None:
                       TRITON_CACHE_DIR=str(workdir.parent / "triton-cache"))
     path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     path.write_text(source, encoding="utf-8")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        # The CUDA driver sets itself up (device files, its own bookkeeping) before the sandbox closes.
+        import torch
+
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        torch.cuda.synchronize()
     if landlock.abi_version() >= 1:
         landlock.restrict(read=["/"], write=[str(workdir.parent)], devices=_devices())
     if os.geteuid() == 0:

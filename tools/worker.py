@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import platform
-import resource
-import signal
 import sys
 import tempfile
 import time
@@ -22,7 +20,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024
 LOG_NAME = "worker_output.log"
 FATAL_CUDA_MARKERS = ("illegal memory access", "illegal address", "device-side assert", "unspecified launch failure",
                       "misaligned address", "an illegal instruction", "CUDA error: launch failed",
@@ -123,8 +120,6 @@ def _redirect_output() -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
 
 
 def _preload_for_candidates() -> None:

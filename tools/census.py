@@ -1,0 +1,166 @@
+"""The kernel census: which kernels a candidate's entry() really ran, seen from outside its Python (guarantee 5).
+
+The in-process guard (tools.guard) gives quick, pointed refusals, but a candidate can patch its way around
+anything in its own process. Nsight Compute cannot be patched from there: it sees every kernel the process
+launched, from any thread, stream or library. The judge runs the candidate once more, in a fresh sandboxed
+process under `ncu`, without the guard (as its timed reps run), and accepts only:
+- kernels named after a @triton.jit / @gluon.jit function that the candidate's source defines, and
+- torch's copies and fills (allocation, `.contiguous()`, dtype conversion, `zero_()`),
+so torch compute (reductions, matmuls through cuBLAS) and kernel libraries show up by name and are refused.
+It costs seconds (ncu's start, one profiled pass), so the service asks for it once per source that is about to
+become a best attempt (tools' job op "census"), and keeps the answer in the log.
+
+`python -m tools.census SPEC.json` is the target process ncu starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tools.environment import project_root, scrubbed_env
+from tools.ncu import find_ncu
+
+CENSUS_TIMEOUT_S = 300.0
+CALLS = 2
+# torch kernels that only move or fill memory (what the guard's allowed aten ops launch).
+COPY_KERNELS = re.compile(r"(FillFunctor|direct_copy_kernel|CatArrayBatchedCopy|copy_kernel|"
+                          r"elementwise_kernel_with_index<.*arange|zero_kernel|fill_kernel)")
+# Names of library kernels that are plain identifiers too: refused even if a candidate names a function so.
+LIBRARY_MARKERS = re.compile(r"(cublas|cutlass|xmma|nvjet|cudnn|flash|fmha|gemv|gemmk|at::native|void )",
+                             re.IGNORECASE)
+
+
+def jit_function_names(source: str) -> set[str]:
+    """Names of the functions the source decorates with a Triton or Gluon jit (read, never run)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                text = ast.unparse(target)
+                if text.endswith(("jit", "autotune", "heuristics")):
+                    names.add(node.name)
+    return names
+
+
+def classify(kernels: dict[str, int], allowed_names: set[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    rows, refused = [], []
+    for name, launches in sorted(kernels.items()):
+        base = name.split("(")[0].strip()
+        if base in allowed_names and not LIBRARY_MARKERS.search(base):
+            verdict = "candidate's Triton kernel"
+        elif COPY_KERNELS.search(name):
+            verdict = "copy or fill"
+        else:
+            verdict = "refused"
+            refused.append(name)
+        rows.append({"name": name[:300], "launches": launches, "verdict": verdict})
+    return rows, refused
+
+
+def parse_kernel_names(text: str) -> dict[str, int]:
+    start = text.find('"ID"')
+    if start < 0:
+        return {}
+    counts: dict[str, int] = {}
+    seen: set[str] = set()
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        rid, name = row.get("ID"), row.get("Kernel Name")
+        if rid is None or name is None or rid in seen:
+            continue
+        seen.add(rid)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Judge-side: profile one candidate process under ncu and classify every kernel it launched."""
+    from kernels import get_problem
+
+    if not worker.cuda:
+        return {"ok": True, "status": "not_applicable", "reason": "no GPU: the interpreter launches no kernels"}
+    ncu = find_ncu()
+    if ncu is None:
+        return {"ok": True, "status": "unavailable", "reason": "ncu (Nsight Compute) is not installed here"}
+    problem = get_problem(job["problem"])
+    shape = job.get("shape") or "bench"
+    source = job["source"]
+    import secrets
+
+    import torch
+
+    inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
+    worker.progress("kernel census (Nsight Compute)")
+    with tempfile.TemporaryDirectory(prefix="marathon-census-") as tmp:
+        work = Path(tmp)
+        torch.save([x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs], work / "inputs.pt")
+        (work / "candidate.py").write_text(source, encoding="utf-8")
+        spec = work / "spec.json"
+        spec.write_text(json.dumps({"workdir": str(work)}))
+        env = scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
+                            "TRITON_CACHE_DIR": str(work / "triton-cache")})
+        for name in ("MARATHON_HOME", "XDG_STATE_HOME", "TRITON_INTERPRET"):
+            env.pop(name, None)
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--metrics",
+               "gpu__time_duration.sum", sys.executable, "-m", "tools.census", str(spec)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job.get("timeout", CENSUS_TIMEOUT_S),
+                                  cwd=work, env=env)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "status": "failed", "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
+        target_rc = (work / "rc").read_text().strip() if (work / "rc").exists() else None
+    kernels = parse_kernel_names(proc.stdout)
+    if target_rc != "0":
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        return {"ok": False, "status": "failed", "kernels": [],
+                "reason": f"the candidate did not complete its census calls (exit {proc.returncode}): {tail}"}
+    rows, refused = classify(kernels, jit_function_names(source))
+    if not any(r["verdict"] == "candidate's Triton kernel" for r in rows):
+        return {"ok": False, "status": "refused", "kernels": rows,
+                "reason": "entry() launched none of the candidate's own Triton kernels"}
+    if refused:
+        return {"ok": False, "status": "refused", "kernels": rows,
+                "reason": "entry() ran kernels that are not the candidate's Triton kernels (torch compute or a "
+                          "kernel library): " + "; ".join(n[:120] for n in refused[:5])}
+    return {"ok": True, "status": "passed", "kernels": rows, "calls": CALLS}
+
+
+def _target(spec_path: str) -> int:
+    """Inside ncu: a CUDA context first (ncu's injection is set up there), then the sandbox, then the candidate."""
+    import torch
+
+    spec = json.loads(Path(spec_path).read_text())
+    work = Path(spec["workdir"])
+    rc_file = work / "rc"
+    rc_file.write_text("1")
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in torch.load(work / "inputs.pt")]
+    torch.cuda.synchronize()
+    from tools import landlock
+    from tools.sandbox import _devices
+
+    if landlock.abi_version() >= 1:
+        landlock.restrict(read=["/"], write=[str(work)], devices=_devices())
+    if os.geteuid() == 0:
+        landlock.drop_capabilities()
+    from tools.candidate import load_candidate
+
+    module = load_candidate(work / "candidate.py")
+    for _ in range(CALLS):
+        module.entry(*inputs)
+    torch.cuda.synchronize()
+    rc_file.write_text("0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_target(sys.argv[1]))
