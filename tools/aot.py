@@ -199,9 +199,12 @@ def _shared_memory_error(kernel: str, shared: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from tools.sandbox import confine
+
     request = json.loads(Path(argv[0]).read_text())
     out_path = Path(argv[1])
     path = Path(request["candidate_path"])
+    confine(out_path.parent, cuda=False)  # importing the candidate runs its module code: it may write only here
     kernels: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     try:

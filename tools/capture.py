@@ -158,9 +158,12 @@ def _describe_grid(grid: Any, bound: dict[str, Any]) -> list[int] | None:
 
 
 def main(argv: list[str]) -> int:
+    from tools.sandbox import confine
+
     request = json.loads(Path(argv[0]).read_text())
     out_path = Path(argv[1])
     path = Path(request["candidate_path"])
+    confine(out_path.parent, cuda=False)  # the candidate's code runs below: it may write only here
     try:
         result = {"ok": True, **capture_launches(path, request["problem"], request["shape"])}
     except CandidateError as exc:

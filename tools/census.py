@@ -19,7 +19,6 @@ import ast
 import csv
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -145,13 +144,9 @@ def _target(spec_path: str) -> int:
     rc_file.write_text("1")
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in torch.load(work / "inputs.pt")]
     torch.cuda.synchronize()
-    from tools import landlock
-    from tools.sandbox import _devices
+    from tools.sandbox import confine
 
-    if landlock.abi_version() >= 1:
-        landlock.restrict(read=["/"], write=[str(work)], devices=_devices())
-    if os.geteuid() == 0:
-        landlock.drop_capabilities()
+    confine(work, cuda=True)
     from tools.candidate import load_candidate
 
     module = load_candidate(work / "candidate.py")

@@ -55,6 +55,10 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
     res.unlink(missing_ok=True)
     env = scrubbed_env()
     env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
+    # The step runs candidate code confined to `workdir` (tools.sandbox.confine): its caches live there too.
+    env.update(HOME=str(workdir), TMPDIR=str(workdir), TRITON_CACHE_DIR=str(workdir / "triton-cache"))
+    for name in ("MARATHON_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env.pop(name, None)
     env.update(extra_env or {})
     if interpret:
         env["TRITON_INTERPRET"] = "1"
@@ -117,8 +121,7 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
             return _finish(report, cache_file if err.get("error_class") != "timeout" else None, started)
         compiled = _run_step("tools.aot", {"candidate_path": str(path), "launches": captured["launches"],
                                            "want_asm": want_asm, "want_lines": want_lines}, workdir, AOT_TIMEOUT_S,
-                             interpret=False,
-                             extra_env={"TRITON_CACHE_DIR": str(workdir / "triton-cache")} if want_lines else None)
+                             interpret=False)
     if "error" in compiled:  # the step itself failed (timeout, crash)
         err = compiled["error"]
         report = {**base, "ok": False, "kernels": [], "error_class": err["error_class"],

@@ -49,7 +49,8 @@ def run_target(ncu: str, work: Path, ncu_args: list[str], timeout: float, proble
     cmd = [ncu, "--clock-control", "none", *ncu_args, "--nvtx", "--nvtx-include", "profiled/",
            sys.executable, "-m", "tools.ncu", str(spec)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
-                          env=scrubbed_env({"PYTHONPATH": str(project_root()), **(env or {})}))
+                          env=scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
+                                            "TRITON_CACHE_DIR": str(work / "triton-cache"), **(env or {})}))
 
 
 def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float = 300.0) -> dict[str, Any]:
@@ -112,10 +113,13 @@ def _target(path: str) -> int:
     from kernels import get_problem
     from tools.candidate import load_candidate
 
+    from tools.sandbox import confine
+
     spec = json.loads(Path(path).read_text())
     problem = get_problem(spec["problem"])
-    module = load_candidate(Path(spec["candidate"]))
     inputs = problem.inputs(spec["shape"], 1234, "cuda")
+    confine(Path(spec["candidate"]).parent, cuda=True)  # writes only to its work folder (cubins go there too)
+    module = load_candidate(Path(spec["candidate"]))
     for _ in range(WARMUP_CALLS):
         module.entry(*inputs)
     torch.cuda.synchronize()

@@ -321,6 +321,26 @@ def _devices() -> list[str]:
     return sorted({p for pattern in _DEVICE_GLOBS for p in glob.glob(f"/dev/{pattern}")})
 
 
+def confine(writable: Path, cuda: bool) -> dict[str, Any] | None:
+    """Close the sandbox around this process (every process that runs candidate code calls it before loading
+    the candidate: the profile's candidate process, the census and Nsight targets, the compile steps).
+
+    With `cuda`, the CUDA driver sets itself up first (its device files and bookkeeping), then Landlock allows
+    writes under `writable` and to CUDA's device files only; where this is root, its capabilities go."""
+    if cuda:
+        import torch
+
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        torch.cuda.synchronize()
+    applied = None
+    if landlock.abi_version() >= 1:
+        applied = landlock.restrict(read=["/"], write=[str(writable)], devices=_devices())
+    if os.geteuid() == 0:
+        landlock.drop_capabilities()
+    return applied
+
+
 def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str) -> None:
     os.setsid()
     os.dup2(out_fd, 1)
@@ -343,17 +363,7 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
                       TRITON_CACHE_DIR=str(workdir.parent / "triton-cache"))
     path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     path.write_text(source, encoding="utf-8")
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        # The CUDA driver sets itself up (device files, its own bookkeeping) before the sandbox closes.
-        import torch
-
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
-        torch.cuda.synchronize()
-    if landlock.abi_version() >= 1:
-        landlock.restrict(read=["/"], write=[str(workdir.parent)], devices=_devices())
-    if os.geteuid() == 0:
-        landlock.drop_capabilities()
+    confine(workdir.parent, cuda=os.environ.get("TRITON_INTERPRET") != "1")
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own streams
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     from tools.candidate_host import serve
