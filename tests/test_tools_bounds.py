@@ -1,0 +1,50 @@
+"""The judge's outside bounds on timings it did not take: the physical floor and the bracket."""
+
+from __future__ import annotations
+
+from tools import bounds
+from tools.bounds import BatchRecord, check_bracket, physical_floor
+
+CEILINGS = {"dram_gbps": 4000.0, "bf16_tflops": 800.0}
+
+
+def test_floor_is_the_larger_of_bytes_and_flops_with_the_margin() -> None:
+    f = physical_floor(10e6, 1e9, CEILINGS)
+    assert f is not None
+    assert abs(f.dram_us - 10e6 / (4000e9 * bounds.CEILING_MARGIN) * 1e6) < 1e-9
+    assert f.floor_us == max(f.dram_us, f.compute_us)
+    assert physical_floor(1.0, 1.0, {}) is None
+
+
+def honest(samples: float, overhead: float, n: int, latency: float = 150.0) -> BatchRecord:
+    return BatchRecord(wall_us=n * (samples + overhead) + latency, samples_us=[samples] * n)
+
+
+def test_an_honest_batch_passes() -> None:
+    v = check_bracket([honest(15.0, 80.0, 64) for _ in range(8)], overhead_us_per_rep=80.0)
+    assert v.ok, v.reason
+    assert 0 <= v.unexplained_us_per_rep <= v.allowed_us_per_rep
+
+
+def test_samples_reported_at_a_hundredth_are_caught() -> None:
+    batches = [BatchRecord(b.wall_us, [s / 100 for s in b.samples_us]) for b in [honest(300.0, 80.0, 16)] * 4]
+    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    assert not v.ok and "under-report" in (v.reason or "")
+
+
+def test_halved_samples_of_a_small_kernel_are_caught() -> None:
+    batches = [BatchRecord(b.wall_us, [s / 2 for s in b.samples_us]) for b in [honest(20.0, 80.0, 256)] * 4]
+    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    assert not v.ok
+
+
+def test_skipped_flushes_are_caught() -> None:
+    # The wall holds the samples but not the flushes and copies the judge measured for each rep.
+    batches = [BatchRecord(wall_us=64 * 15.0 + 100, samples_us=[15.0] * 64)] * 4
+    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    assert not v.ok and "skipped" in (v.reason or "")
+
+
+def test_negative_or_missing_samples_fail() -> None:
+    assert not check_bracket([], 10.0).ok
+    assert not check_bracket([BatchRecord(100.0, [-1.0, 5.0])], 10.0).ok

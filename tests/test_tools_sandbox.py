@@ -1,0 +1,133 @@
+"""What a process that runs candidate code can no longer do once confined (tools.sandbox.confine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tools import landlock
+from tools.sandbox import Sandbox, confine
+
+needs_landlock = pytest.mark.skipif(landlock.abi_version() < 1, reason="this kernel has no Landlock")
+
+
+def in_confined_child(writable: Path, probe) -> dict:
+    """Fork, confine the child to `writable`, run `probe()` there and return what it reports."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            confine(writable, cuda=False)
+            out = probe()
+        except BaseException as exc:
+            out = {"error": repr(exc)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def attempt(fn) -> str:
+    try:
+        fn()
+        return "allowed"
+    except OSError as exc:
+        return f"refused ({exc.errno})"
+
+
+@needs_landlock
+def test_writes_outside_its_folder_are_refused(tmp_path: Path) -> None:
+    own, state = tmp_path / "own", tmp_path / "state"
+    own.mkdir()
+    state.mkdir()
+    (state / "marathon.db").write_bytes(b"log")
+
+    def probe() -> dict:
+        return {
+            "own": attempt(lambda: (own / "x").write_text("ok")),
+            "state_new": attempt(lambda: (state / "token").write_text("x")),
+            "state_append": attempt(lambda: open(state / "marathon.db", "ab").write(b"x")),
+            "state_unlink": attempt(lambda: (state / "marathon.db").unlink()),
+            "project": attempt(lambda: open(Path(__file__), "a").write("# patched\n")),
+            "read": attempt(lambda: (state / "marathon.db").read_bytes()),
+        }
+
+    got = in_confined_child(own, probe)
+    assert got["own"] == "allowed" and got["read"] == "allowed", got
+    for key in ("state_new", "state_append", "state_unlink", "project"):
+        assert got[key].startswith("refused"), (key, got)
+    assert (state / "marathon.db").read_bytes() == b"log" and not (state / "token").exists()
+
+
+@needs_landlock
+def test_no_tcp_and_no_signal_to_the_judge(tmp_path: Path) -> None:
+    if landlock.abi_version() < 6:
+        pytest.skip("Landlock before ABI 6 scopes neither TCP (ABI 4) nor signals (ABI 6)")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    parent = os.getpid()
+    old = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        got = in_confined_child(tmp_path, lambda: {
+            "tcp": attempt(lambda: socket.create_connection(("127.0.0.1", port), timeout=2)),
+            "signal": attempt(lambda: os.kill(parent, signal.SIGUSR1)),
+        })
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        server.close()
+    assert got["tcp"].startswith("refused") and got["signal"].startswith("refused"), got
+
+
+DAEMON = """
+import os
+
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("daemon.pid", "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            pass
+    os._exit(0)
+
+
+def entry():
+    pass
+"""
+
+
+def test_a_candidate_process_is_reaped_with_everything_it_started(tmp_path: Path) -> None:
+    """A child that detached (its own session, a double fork) still dies with the candidate's process."""
+    from tools import wire
+
+    sandbox = Sandbox(tmp_path / "sandbox")
+    try:
+        spawned = sandbox.spawn("ab" * 32, DAEMON)
+        wire.send(spawned.sock, {"op": "load"})
+        assert wire.recv(spawned.sock, timeout=60).header.get("ok")
+        pid_file = spawned.workdir / "daemon.pid"
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon = int(pid_file.read_text())
+        os.kill(daemon, 0)  # running, in a session of its own
+        assert "SIGKILL" in sandbox.reap(spawned)
+        for pid in (spawned.pid, daemon):
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        sandbox.close()
