@@ -361,6 +361,9 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
         os.environ.pop(name, None)
     os.environ.update(HOME=str(workdir), TMPDIR=str(workdir),
                       TRITON_CACHE_DIR=str(workdir.parent / "triton-cache"))
+    import tempfile
+
+    tempfile.tempdir = str(workdir)  # the zygote's parent may have cached /tmp, which the sandbox does not let it write
     path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     path.write_text(source, encoding="utf-8")
     confine(workdir.parent, cuda=os.environ.get("TRITON_INTERPRET") != "1")
