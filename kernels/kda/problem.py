@@ -7,11 +7,21 @@ beta [B, T, H] in (0, 1), A_log [H] float32, dt_bias [H * K] float32, initial_st
 [B, H, K, V] float32. This is exactly FLA 0.6.0's `chunk_kda(q, k, v, g_raw, beta,
 initial_state=..., output_final_state=True, use_qk_l2norm_in_kernel=True,
 use_gate_in_kernel=True, safe_gate=True, lower_bound=-5, A_log=A_log, dt_bias=dt_bias)`.
+
+What the tolerance rejects (figures next to TOLERANCE; tests in tests/test_problem_approximations.py): the
+inputs give a quarter of each head's channels memories of 10^2 to 10^4 tokens (make_inputs), so a kernel
+that does not carry the state across the whole sequence fails: the state rebuilt from the last 128, 512 or
+2048 tokens misses o's rel_err bound by 70x, 55x and 24x at bench (and at mid, T = 1000, by 78x and 48x);
+so do the gate and ordering bugs (15x and more). The check shapes small and odd are shorter than any such
+window: mid and the bench shapes are where a bounded history shows. Not rejected, as no cheaper in time:
+e^G_last held in bf16 (o 5.0e-3, state 4.8e-3 at bench); a state rounded to bf16 after every chunk fails
+the state's elementwise bound at bench, only just.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 
 import torch
@@ -43,6 +53,11 @@ inside the chunk before splitting exp(G_i - G_j) = exp(G_i - c) exp(c - G_j): at
 centre at the chunk start overflows float32 after 18 steps. See kernels/kda/reference.py
 (`chunked_reference`) for the whole algorithm in torch. T need not be a multiple of 64; K and V
 may differ (check shapes use K=16, V=32). Layout is contiguous [B, T, H, *].
+
+Inputs: a quarter of each head's key channels decay slowly (median g from -1e-4 to -1e-2) and the keys
+seldom write them, so what the state holds from thousands of tokens back still shapes o and the final
+state: a kernel must carry the state across the whole sequence (one scan over the chunks); rebuilding
+each chunk's state from a bounded window of history fails the check at mid and bench.
 """
 
 # Shapes. `init` says whether an initial state is passed (1) or None (0).
@@ -58,13 +73,36 @@ SHAPES: dict[str, Dims] = {
 }
 
 
+# Long-memory channels (make_inputs). Today's gate alone forgets every channel within about 128 tokens
+# (dt_bias ~ N(0, 0.5^2) puts most channels far from 0 or at the -5 bound), so a kernel that rebuilt each
+# chunk's state from two chunks back, with no scan over the sequence, matched the reference. Slow gates alone
+# do not fix that: the delta rule erases too. With L2-normalised isotropic keys, (I - beta k kᵀ) removes a
+# share (2 beta - beta^2) / K of a state column's energy per token, ~1/180 at K = 128, so the state forgets
+# within ~360 tokens whatever the gate (measured: g = 0 everywhere, T = 4096, K = 128: history cut to 2048
+# tokens is off by only 2e-3 in o). A trained model that holds information for thousands of tokens must
+# therefore keep it in channels its keys seldom write, and decay them slowly: that is what these are.
+SLOW_FRACTION = 0.25  # per head, this share of the K channels (picked at random per head) has long memory
+# Their median gate g is drawn log-uniform in [-SLOW_G_MAX, -SLOW_G_MIN]: memories of 1/|g| = 100 to 10^4
+# tokens, so each of the windows a shortcut might keep (128, 512, 2048 tokens) falls short of some channels.
+SLOW_G_MIN, SLOW_G_MAX = 1e-4, 1e-2
+# Their keys are scaled by this before the L2 norm: the erasure of a channel goes with its key energy, so at
+# K = 128 these channels forget through the delta rule only over ~10^4 tokens (2 / ((2b - b^2) * 0.15^2 / 97)).
+SLOW_KEY_SCALE = 0.15
+
+
 def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None) -> Inputs:
     """Random inputs in realistic ranges, deterministic per (seed, device).
 
-    q, k, v, g_raw ~ N(0, 1); beta = sigmoid(N(0, 1)); A_log = log U(1, 16) as FLA's KDA layer
-    initialises it; dt_bias ~ N(0, 0.5^2) (the layer starts it at zero; trained ones are not).
-    With these, about a third of the gate channels keep memory over tens of steps and many sit
-    near the -5 bound: both the long-range state and the bound are exercised.
+    q, k, v ~ N(0, 1); beta = sigmoid(N(0, 1)); A_log = log U(1, 16) as FLA's KDA layer initialises it.
+    Per head, three quarters of the channels are fast: g_raw ~ N(0, 1), dt_bias ~ N(0, 0.5^2) (the layer
+    starts it at zero; trained ones are not): they forget within tens of steps and many sit near the -5
+    bound, so the bound and the re-centring are exercised. The other quarter (SLOW_FRACTION, random
+    channels per head) carries long memory: dt_bias puts the median gate at -5 sigmoid(x) = -gamma with
+    gamma log-uniform in [1e-4, 1e-2], g_raw there has standard deviation 1 / exp(A_log) (the gate's
+    argument exp(A_log) (g_raw + dt_bias) varies by +-1 around its median, so g stays in (-5, 0) and
+    per token within a factor ~e of its median), and k is scaled by 0.15 there, so the delta rule seldom
+    erases them either (see SLOW_KEY_SCALE). With these, the state carried across the whole sequence
+    matters: history cut to the last 2048 tokens is off by ~0.2 in o at T = 4096.
     """
     dtype = dtype or torch.bfloat16
     B, T, H, K, V = (int(dims[n]) for n in ("B", "T", "H", "K", "V"))
@@ -74,12 +112,22 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None) -
         return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
 
     q = randn(B, T, H, K).to(dtype)
-    k = randn(B, T, H, K).to(dtype)
+    k = randn(B, T, H, K)
     v = randn(B, T, H, V).to(dtype)
-    g_raw = randn(B, T, H, K).to(dtype)
+    g_raw = randn(B, T, H, K)
     beta = torch.sigmoid(randn(B, T, H)).to(dtype)
     A_log = torch.empty(H, device=device, dtype=torch.float32).uniform_(1.0, 16.0, generator=gen).log()
-    dt_bias = randn(H * K) * 0.5
+    dt_bias = randn(H, K) * 0.5
+    # Long-memory channels: the SLOW_FRACTION of each head's channels with the lowest random rank.
+    rank = torch.rand(H, K, generator=gen, device=device).argsort(dim=-1).argsort(dim=-1)
+    slow = rank < max(1, round(SLOW_FRACTION * K))
+    u = torch.rand(H, K, generator=gen, device=device)
+    gamma = torch.exp(math.log(SLOW_G_MIN) + (math.log(SLOW_G_MAX) - math.log(SLOW_G_MIN)) * u)
+    a = A_log.exp().view(H, 1)
+    x_median = torch.log(gamma / 5.0) - torch.log1p(-gamma / 5.0)  # sigmoid(x_median) = gamma / 5
+    dt_bias = torch.where(slow, x_median / a, dt_bias).reshape(H * K)
+    g_raw = torch.where(slow, g_raw / a, g_raw).to(dtype)
+    k = torch.where(slow, k * SLOW_KEY_SCALE, k).to(dtype)
     initial_state = randn(B, H, K, V) if dims.get("init", 0) else None
     return q, k, v, g_raw, beta, A_log, dt_bias, initial_state
 
@@ -89,23 +137,43 @@ def reference(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]
     return recurrent_reference(*inputs)  # type: ignore[arg-type]
 
 
-# Tolerance, from what correct kernels reach against the float32 recurrent reference on bf16 inputs,
-# measured on an H200 at bench, bench_h96, bench_b2 and mid (seed 0); the reference itself is within
-# 1.2e-7 of float64. At K = V = 128, |o| averages 0.004 (max 0.09-0.27) and |S| averages 0.04 (max ~0.9).
-# - o: the starter (exact but for rounding o to bf16) is at rel_err 1.66e-3 and needs no atol beyond
-#   rtol 1e-2. FLA's chunk_kda (bf16 matmul operands, bf16 intermediates) is at rel_err 4.0-4.2e-3
-#   and needs atol 2.5-3.1e-4 at rtol 2e-2 there. At the small check shapes |o| is larger (rms 0.05 at
-#   odd, K=16) and so are its bf16 errors: over 12 seeds FLA needs atol up to 2.4e-3 at odd (median
-#   1.0e-3) and the project's chunked solution up to 1.3e-3 (H200, 2026-11-29); an atol of 1e-3 failed
-#   FLA itself on half the seeds. Bounds: rel_err 1e-2, atol 3e-3, rtol 2e-2 (2.4x FLA's relative error,
-#   1.25x its worst atol). At bench, where mean |o| is 0.004, that elementwise bound is loose: there the
-#   relative Frobenius bound is what catches errors. Plausible bugs are far out: output read before the
-#   delta update rel_err 0.68-0.76, softplus gate without the -5 bound 0.60-0.69, gate without exp(A_log)
-#   0.54-0.62, no initial state 0.40, no L2 norm non-finite.
-# - final_state (float32 out, but chunked kernels build it from bf16 operands): FLA is at rel_err
-#   3.0e-3 and needs atol 1.3-2.5e-3 at rtol 2e-2. Bounds: rel_err 1e-2, atol 1e-2, rtol 2e-2; a
-#   transposed state is at rel_err 1.4, the gate bugs at 0.53-0.69.
-TOLERANCE = Tolerance(rel_err=1e-2, atol=3e-3, rtol=2e-2)
+# Tolerances, derived on the inputs above (long-memory channels) from three sets of figures, all against the
+# float32 recurrent reference on bf16 inputs, H200, 2026-12-01, `benchmarks/tolerances.py` (max over seeds: 8 at
+# small and odd, 4 at mid, 2 at bench). Reference state at the shapes: o rms 0.0096 (bench) to 0.13 (odd), max
+# 0.09-0.78; final state rms 0.11 (bench, from zero) to 0.48 (odd; the N(0, 1) initial state stays in the slow
+# channels), max 1.5-3.6.
+# 1. The floor, the reference's own float32 error against float64: o 1.4e-5 at bench, 6.5e-6 at mid, <= 8e-7 at
+#    small and odd; the state 1.8e-5 at bench. Every bound below is 500x or more above it.
+# 2. Exact algorithms in bf16, which must pass with room. o rel_err: rounding o to bf16 alone (the starter,
+#    torch_chunked) 1.66e-3; the project's solution 3.0-3.3e-3 (mid, small, odd), 4.4e-3 (bench); FLA's
+#    chunk_kda 3.5-3.6e-3 and 4.8e-3 (bench); the bf16-operand emulation in tests/test_problem_approximations.py
+#    3.0e-3 and 3.8e-3. State rel_err: solution 1.3-1.9e-3 and 3.35e-3 (bench); FLA 1.4-2.0e-3 and 3.64e-3
+#    (bench). The atol each needs at rtol 2e-2, o: FLA 2.4e-3 and the solution 2.6e-3 at odd (K = 16: the largest
+#    |o|), 1.1e-3 at small, <= 5.8e-4 at mid and bench; state: FLA 5.2e-3 at odd, 4.4e-3 at bench, <= 2.9e-3 at
+#    mid and small (the solution 4.8e-3 and 3.8e-3).
+# 3. Shortcuts, which must fail by a wide margin. History cut to the last W tokens (no scan across the sequence),
+#    at bench: W = 128 rel_err 0.72 (o) / 0.76 (state), W = 512 0.56 / 0.61, W = 2048 0.245 / 0.31; at mid (T =
+#    1000) W = 128 0.78 / 0.95, W = 512 0.48 / 0.92; on the CPU at T = 4096, H = 2, K = 128: W = 2048 0.17 / 0.28.
+#    Plausible bugs (small, odd, mid, CPU): the gate without its -5 bound or without exp(A_log) 0.95-0.98, no
+#    initial state 0.93-0.96, o read before the delta update 0.15-0.28, no scale 3-10, a transposed state 1.41, no
+#    L2 norm non-finite or 20+.
+# - rel_err 1e-2 for o: 2.1x FLA's worst (4.8e-3 at bench), 2.3x the solution's, 700x the floor; the mildest
+#   shortcut (W = 2048 at bench) is 24x over it and the mildest bug 15x.
+# - atol 4e-3 for o (at rtol 2e-2, five bf16 steps): 1.5x the worst need of a correct kernel (the solution's
+#   2.6e-3 at odd; FLA's 2.4e-3); it was 3e-3, 1.15x the solution's need on these inputs, too thin for a check run
+#   thousands of times on fresh seeds. It is an absolute bound set by the shape with the largest |o| (odd, rms
+#   0.13): at bench (rms 0.0096) it is loose, and there rel_err is what catches errors. The truncations miss it
+#   too (they need atol 2.5e-2 at bench).
+# - rel_err 1e-2 for the final state: 2.7x FLA's worst (3.64e-3 at bench), 550x the floor; W = 2048 is 31x over.
+# - atol 1e-2 for the final state (rtol 2e-2): 1.9x the worst need (FLA's 5.2e-3 at odd). The state does grow
+#   with long memory (mean |S| 0.04 and max 0.9 at bench when every channel forgot fast; now rms 0.11, max 1.5), so
+#   an atol relative to the state's scale was considered; the need is not proportional to it (4.4e-3 is 3.9% of
+#   the rms at bench, 5.2e-3 is 1.1% at odd: the error grows with the chunks accumulated, not only with |S|),
+#   so a bound in units of rms(S) fitted to bench would be 1.8e-2 at odd, looser than this absolute one. Were
+#   the inputs to make the state much larger, this atol would have to follow (kernels.spec.Tolerance has no
+#   scale-relative term; one would need adding there). A state carried in bf16 between chunks (a lower-precision
+#   scan) lands at state rel_err 6.3e-3 but needs atol 1.2e-2 at bench: it fails there, only just.
+TOLERANCE = Tolerance(rel_err=1e-2, atol=4e-3, rtol=2e-2)
 STATE_TOLERANCE = Tolerance(rel_err=1e-2, atol=1e-2, rtol=2e-2)
 
 
