@@ -2,6 +2,12 @@
 
 The cache row is [c_kv (512) | k_rope (64)]; the latent c_kv serves as both key (with k_rope) and
 value, so a kernel reads each cache row once for both products. Memory-bound at small batch.
+
+The tolerance rejects the cheap approximations a decode kernel might try (figures next to TOLERANCE,
+tests in tests/test_problem_approximations.py): dropped keys (the last 1/8 or 1/64 of the cache, or
+attention over only the top quarter of the keys by score), an fp8 cache, scores from 448 of the 512
+latent columns, 448 of the 512 output columns. It does not reliably reject scores rounded to bf16,
+and it admits sparse attention over the top 7/8 of the keys, as no cheaper than reading them all.
 """
 
 from __future__ import annotations
@@ -40,8 +46,20 @@ SOFTMAX_FLOPS_PER_SCORE = 5
 # more for the rest (scale 1/sqrt(576), no rope term; a skipped partial tail tile 0.09+). rel_err 1e-2
 # leaves about 3x on either side. Elementwise the worst correct variant needs atol 3.9e-3 (with
 # rtol 2^-6, a few bf16 roundings) at the odd shape, whose short S makes outputs large (rms 0.33;
-# 0.086 at bench); the bugs need 2e-2 or more: atol 1e-2. Rounding the scores themselves to bf16
-# (a bf16-output bmm, as in DeepSeek's eager reference code) reaches 8e-3 and 1.6e-2: not admitted.
+# 0.086 at bench); the bugs need 2e-2 or more: atol 1e-2.
+# Re-measured on the H200, 2026-12-01 (`benchmarks/tolerances.py`, 8 seeds at small and odd, 2 at bench and
+# bench_b64): the reference's float32 form is within 3e-7 to 1.5e-6 of the float64 one (the floor, 6000x below
+# the bound); the project's solution is at rel_err 1.9-2.6e-3 and needs atol 1.9e-3 (odd), the torch baseline
+# 1.9-2.4e-3 and 2.1e-3: 4x and 5x inside the bounds. What the bound rejects (tests/test_problem_approximations.py),
+# each by how many times it misses the tolerance at the least (its worse test, over shapes and seeds):
+# - dropped keys: the last 1/8 of the cache never read, 21x (rel_err 0.24 at bench); even the last 1/64 (128 tokens
+#   at bench) 7.5x; sparse attention over the top 1/4 of the keys by score, 16x (0.16); the top 3/4 still fails, by
+#   1.2x (1.2e-2, failing some seeds at small); the top 7/8 passes (3.9e-3): at these score spreads (std 1.7) 1/8
+#   of the keys carry too little weight to see;
+# - lower precision: the cache in fp8 e4m3, 2.9x at bench (rel_err 2.9e-2) and 4-14x at the short shapes; scores
+#   rounded to bf16 before the softmax are at the edge, not reliably rejected (rel_err 4.6-7.4e-3, atol up to
+#   1.0e-2: fails some seeds at odd only); keep them in fp32;
+# - partial work: scores from 448 of the 512 latent columns, 41x (0.42); 448 of the 512 output columns written, 35x.
 TOLERANCE = Tolerance(rel_err=1e-2, atol=1e-2, rtol=2**-6)
 
 DESCRIPTION = f"""\
@@ -82,8 +100,10 @@ Reference: float64 math on the upcast inputs, returned as float32. Tolerance: re
 error <= 1e-2 and |out - ref| <= 1e-2 + 2^-6 |ref| elementwise. A correct bf16 kernel (scores,
 softmax and accumulators in fp32; probabilities rounded to bf16 for the P.V product) reaches
 2e-3 to 3e-3; a wrong scale, a missing rope term, a skipped tail tile or a misplaced value slice
-give 0.1 or more. Scores rounded to bf16 before the softmax lose too much (up to 8e-3 relative,
-1.6e-2 elementwise on the short shapes): keep them in fp32.
+give 0.1 or more; so do dropped keys (the last 1/8 of the cache, or all but the top quarter by
+score), an fp8 cache and missing columns. Scores rounded to bf16 before the softmax sit at the edge
+(4.6e-3 to 7.4e-3 relative, up to 1e-2 elementwise on the short shapes, failing some seeds): keep
+them in fp32.
 
 Baselines: `torch` (bf16 bmm with fp32 output for the scores, fp32 softmax, cast to bf16, bf16
 bmm with kv[..., :512]: as an inference engine writes it) and `torch_compile` (the same through
