@@ -21,30 +21,37 @@ def honest(samples: float, overhead: float, n: int, latency: float = 150.0) -> B
 
 
 def test_an_honest_batch_passes() -> None:
-    v = check_bracket([honest(15.0, 80.0, 64) for _ in range(8)], overhead_us_per_rep=80.0)
+    v = check_bracket([honest(15.0, 80.0, 64) for _ in range(8)], overhead_us_per_rep=80.0, latency_us=150.0)
     assert v.ok, v.reason
     assert 0 <= v.unexplained_us_per_rep <= v.allowed_us_per_rep
 
 
 def test_samples_reported_at_a_hundredth_are_caught() -> None:
     batches = [BatchRecord(b.wall_us, [s / 100 for s in b.samples_us]) for b in [honest(300.0, 80.0, 16)] * 4]
-    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=150.0)
     assert not v.ok and "under-report" in (v.reason or "")
 
 
 def test_halved_samples_of_a_small_kernel_are_caught() -> None:
     batches = [BatchRecord(b.wall_us, [s / 2 for s in b.samples_us]) for b in [honest(20.0, 80.0, 256)] * 4]
-    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=150.0)
     assert not v.ok
 
 
 def test_skipped_flushes_are_caught() -> None:
     # The wall holds the samples but not the flushes and copies the judge measured for each rep.
     batches = [BatchRecord(wall_us=64 * 15.0 + 100, samples_us=[15.0] * 64)] * 4
-    v = check_bracket(batches, overhead_us_per_rep=80.0)
+    v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=150.0)
     assert not v.ok and "skipped" in (v.reason or "")
 
 
 def test_negative_or_missing_samples_fail() -> None:
-    assert not check_bracket([], 10.0).ok
-    assert not check_bracket([BatchRecord(100.0, [-1.0, 5.0])], 10.0).ok
+    assert not check_bracket([], 10.0, 0.0).ok
+    assert not check_bracket([BatchRecord(100.0, [-1.0, 5.0])], 10.0, 0.0).ok
+
+
+def test_a_slow_answer_to_empty_batches_buys_no_more_than_the_cap() -> None:
+    """A candidate that stalls its empty batches to inflate the latency estimate gains at most the cap."""
+    batches = [BatchRecord(b.wall_us + 20000, [s / 3 for s in b.samples_us]) for b in [honest(60.0, 80.0, 32)] * 4]
+    v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=1e9)
+    assert not v.ok
