@@ -184,8 +184,11 @@ class Service:
         if run_id is not None:
             rivals.append(self.log.best(problem, shape, device=device, run_id=run_id))
         if not any(r is None or r.get("median_us") is None or median < r["median_us"] for r in rivals):
+            # Not censused, so not verified: it could not have become a best anyway, and `verified` means the
+            # judge vouches for the whole verdict, Triton doing the work included.
             report["verification"]["census"] = {"status": "not_needed",
                                                 "reason": "slower than the best attempts it would replace"}
+            report["verified"] = False
             return
         sha = self.log.put_source(source)
         key = f"census:{sha}:{problem}:{shape}:{device}"

@@ -92,3 +92,14 @@ def test_a_later_write_to_the_file_does_not_change_what_was_read() -> None:
         assert torch.equal(got, x)
     finally:
         os.close(fd)
+
+
+def test_more_descriptors_than_a_message_carries_are_refused_at_the_sender(pair) -> None:
+    a, _ = pair
+    fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(wire.MAX_FDS + 1)]
+    try:
+        with pytest.raises(wire.WireError, match="at most"):
+            wire.send(a, {"op": "fetch"}, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)

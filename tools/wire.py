@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_HEADER_BYTES = 1 << 20
-MAX_FDS = 64
+MAX_FDS = 64  # per message; more would be dropped by the kernel (MSG_CTRUNC), so senders split
 _LEN = struct.Struct("!I")
 # Output dtypes a candidate may return; anything else is refused before a byte is read.
 TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "bool")
@@ -59,6 +59,8 @@ def send(sock: socket.socket, header: dict[str, Any], fds: list[int] | None = No
         raise WireError(f"header of {len(body)} bytes exceeds {MAX_HEADER_BYTES}")
     data = _LEN.pack(len(body)) + body
     fds = fds or []
+    if len(fds) > MAX_FDS:
+        raise WireError(f"{len(fds)} descriptors in one message; at most {MAX_FDS}")
     if fds:
         socket.send_fds(sock, [data[:1]], fds)
         data = data[1:]
@@ -76,8 +78,10 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float, fds: list[int], wa
         if not ready:
             continue
         if want_fds and not fds and got == 0:
-            data, new_fds, _flags, _addr = socket.recv_fds(sock, min(n - got, 1 << 16), MAX_FDS)
+            data, new_fds, flags, _addr = socket.recv_fds(sock, min(n - got, 1 << 16), MAX_FDS)
             fds.extend(new_fds)
+            if flags & socket.MSG_CTRUNC:
+                raise WireError("descriptors sent with a message were dropped (more than the limit)")
         else:
             data = sock.recv(min(n - got, 1 << 20))
         if not data:
