@@ -116,7 +116,8 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job.get("timeout", CENSUS_TIMEOUT_S),
                                   cwd=work, env=env)
         except subprocess.TimeoutExpired:
-            return {"ok": False, "status": "failed", "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
+            return {"ok": False, "status": "failed",
+                    "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
         target_rc = (work / "rc").read_text().strip() if (work / "rc").exists() else None
     kernels = parse_kernel_names(proc.stdout)
     if target_rc != "0":

@@ -112,7 +112,6 @@ def _target(path: str) -> int:
 
     from kernels import get_problem
     from tools.candidate import load_candidate
-
     from tools.sandbox import confine
 
     spec = json.loads(Path(path).read_text())

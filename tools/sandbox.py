@@ -367,8 +367,8 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
     path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     path.write_text(source, encoding="utf-8")
     confine(workdir.parent, cuda=os.environ.get("TRITON_INTERPRET") != "1")
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own streams
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     from tools.candidate_host import serve
 
     serve(sock, path)

@@ -124,10 +124,10 @@ def _redirect_output() -> None:
 
 def _preload_for_candidates() -> None:
     """What every candidate process needs, imported once here so a fork has it (and no file read is needed
-    after the candidate's uid drops): torch, Triton, the harness, the guard's dispatch machinery."""
-    import torch  # noqa: F401
+    after the sandbox closes): torch, Triton, the harness, the guard's dispatch machinery."""
+    import torch
     import torch.utils._python_dispatch  # noqa: F401
-    import triton  # noqa: F401
+    import triton
     import triton.language  # noqa: F401
 
     import kernels.spec  # noqa: F401
@@ -136,8 +136,8 @@ def _preload_for_candidates() -> None:
 
     gluon_jit_class()
     try:
-        from triton.runtime.jit import KernelInterface  # noqa: F401
         from triton.runtime.interpreter import InterpretedFunction  # noqa: F401
+        from triton.runtime.jit import KernelInterface  # noqa: F401
     except ImportError:
         pass
 
