@@ -7,7 +7,8 @@ make a candidate look wrong, never right.
 
 Requests (tools.wire frames):
 - load: import the candidate under the run-time guard (pointed messages for imports and torch compute);
-- call: entry(*inputs) under the guard on the inputs sent; the outputs go back;
+- call: entry(*inputs) under the guard, on inputs sent or generated here from the judge's seed; the outputs
+  go back;
 - pilot: a rough eager time per call (it only picks the timing mode);
 - time_setup / batch / fetch / done: the timed reps. Input sets are rotated in place through the same buffers,
   an L2 flush, CUDA events around each call (a graph replay, or entry() itself), each rep's outputs copied to a
@@ -63,6 +64,7 @@ class Host:
         self.graph_outputs: tuple[Any, ...] = ()
         self.stash: list[tuple[Any, ...]] = []
         self.flush_buf: Any = None
+        self.last_checksums: list[Any] | None = None
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -71,8 +73,20 @@ class Host:
             self.torch.cuda.synchronize()
 
     def _inputs(self, msg: wire.Message) -> list[Any]:
+        """The inputs as sent, or generated here from the judge's seed (the judge generates the same ones for its
+        reference, and compares `checksums` of both: a process that generates other values only fails)."""
+        gen = msg.header.get("generate")
+        if isinstance(gen, dict):
+            return self._generate(gen)
         values = wire.unpack_values(msg.header.get("inputs", []), msg.fds, INPUT_LIMIT_BYTES)
         return [v.to(self.device) if isinstance(v, self.torch.Tensor) else v for v in values]
+
+    def _generate(self, gen: dict[str, Any]) -> list[Any]:
+        from kernels import get_problem
+
+        values = list(get_problem(str(gen["problem"])).inputs(str(gen["shape"]), int(gen["seed"]), self.device))
+        self.last_checksums = wire.checksums(values)
+        return values
 
     def _outputs(self, raw: Any) -> tuple[Any, ...]:
         from kernels.spec import as_outputs
@@ -112,6 +126,7 @@ class Host:
 
     def call(self, msg: wire.Message) -> dict[str, Any] | None:
         torch = self.torch
+        self.last_checksums = None
         inputs = self._inputs(msg)
         before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         try:
@@ -127,7 +142,7 @@ class Host:
                                            "message": f"entry() returned the wrong thing: {exc}"}}
         mutated = [i for i, (x, x0) in enumerate(zip(inputs, before))
                    if isinstance(x, torch.Tensor) and not torch.equal(x, x0)]
-        self._send_tensors({"ok": True, "mutated": mutated}, list(outs))
+        self._send_tensors({"ok": True, "mutated": mutated, "checksums": self.last_checksums}, list(outs))
         return None
 
     def pilot(self, msg: wire.Message) -> dict[str, Any]:
@@ -151,11 +166,17 @@ class Host:
 
     def time_setup(self, msg: wire.Message) -> dict[str, Any]:
         torch = self.torch
-        groups = msg.header.get("sets", [])
-        values = wire.unpack_values([s for g in groups for s in g], msg.fds, INPUT_LIMIT_BYTES)
-        width = len(groups[0]) if groups else 0
-        self.sets = [[v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values[i:i + width]]
-                     for i in range(0, len(values), width)]
+        generate = msg.header.get("generate_sets")
+        set_checksums = None
+        if isinstance(generate, list):
+            self.sets = [self._generate(g) for g in generate]
+            set_checksums = [wire.checksums(values) for values in self.sets]
+        else:
+            groups = msg.header.get("sets", [])
+            values = wire.unpack_values([s for g in groups for s in g], msg.fds, INPUT_LIMIT_BYTES)
+            width = len(groups[0]) if groups else 0
+            self.sets = [[v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values[i:i + width]]
+                         for i in range(0, len(values), width)]
         self.buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.sets[0]]
         self.flush_buf = torch.ones(int(msg.header.get("flush_bytes", FLUSH_BYTES)) // 4, dtype=torch.int32,
                                     device=self.device)
@@ -183,7 +204,8 @@ class Host:
                 outs = self.graph_outputs
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
-        return {"ok": True, "graph": self.graph is not None, "outputs": [wire.tensor_spec(o) for o in outs]}
+        return {"ok": True, "graph": self.graph is not None, "outputs": [wire.tensor_spec(o) for o in outs],
+                "checksums": set_checksums}
 
     def _stash_slot(self, j: int, outs: tuple[Any, ...]) -> None:
         while len(self.stash) <= j:

@@ -173,9 +173,11 @@ def _fail(error_class: str, error: str, line: int | None = None, **extra: Any) -
             "error_line": line, "max_rel_err": None, "timing": None, "speedup": None, **extra}
 
 
-def check_plan(cuda: bool, problem: Problem, shape: str) -> list[tuple[str, int]]:
+def check_plan(cuda: bool, problem: Problem, shape: str, timed: bool = False) -> list[tuple[str, int]]:
+    """Guarded trials: (shape, seed) pairs. A timed profile checks its timed reps at the requested shape too, on
+    fresh inputs, so one guarded trial there is enough."""
     shapes = [shape] if cuda else []
-    plan = [(s, secrets.randbits(31)) for s in shapes for _ in range(TRIALS_AT_SHAPE)]
+    plan = [(s, secrets.randbits(31)) for s in shapes for _ in range(1 if timed else TRIALS_AT_SHAPE)]
     for check in problem.check_shapes:
         if check != shape or not cuda:
             plan += [(check, secrets.randbits(31)) for _ in range(TRIALS_PER_CHECK_SHAPE)]
@@ -215,7 +217,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     timed = worker.cuda and job.get("timing", True)
     baseline, why_not = primary_baseline(problem, job.get("baseline")) if timed else (None, None)
     deadline = time.monotonic() + float(job.get("deadline_s", 590.0))
-    plan = check_plan(worker.cuda, problem, shape)
+    plan = check_plan(worker.cuda, problem, shape, timed=bool(timed))
     result: dict[str, Any] = {**base, "shapes_checked": sorted({s for s, _ in plan})}
     baseline_runs: list[dict[str, Any]] = []
     graph_mode = job.get("graph", "auto")
@@ -224,6 +226,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     result["phases"] = phases
     t0 = time.perf_counter()
     session = Session(worker.sandbox, worker.sandbox.spawn(source_sha(source), source), deadline)
+    result["notes"] = session.notes
     try:
         worker.progress("loading candidate")
         answer = session.request({"op": "load"}, timeout=LOAD_TIMEOUT_S)
@@ -284,9 +287,15 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
         worker.progress(f"checking {shape} (seed {seed})")
         inputs = problem.inputs(shape, seed, worker.device)
         refs = as_outputs(problem.reference(*inputs))
-        specs, fds = wire.pack_values(inputs)
-        answer = session.request({"op": "call", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
+        generate = {"problem": problem.name, "shape": shape, "seed": seed}
+        answer = session.request({"op": "call", "generate": generate}, timeout=CALL_TIMEOUT_S)
         session.calls += 1
+        if answer.header.get("ok") and answer.header.get("checksums") != wire.checksums(inputs):
+            # Generated otherwise over there (or claimed so): send this trial's inputs instead.
+            answer.close_fds()
+            session.notes.append(f"inputs of {shape} (seed {seed}) were sent: the generated ones differed")
+            specs, fds = wire.pack_values(inputs)
+            answer = session.request({"op": "call", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
         try:
             if not answer.header.get("ok"):
                 _raise_error(answer.header)
@@ -320,11 +329,10 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     torch = worker.torch
     calib = worker.ensure_timer()
     seeds = [secrets.randbits(31) for _ in range(TIMING_SETS + 1)]
-    pilot_inputs = problem.inputs(shape, seeds[0], "cuda")
     if graph_mode == "auto":
         worker.progress("pilot timing")
-        specs, fds = wire.pack_values(pilot_inputs)
-        answer = session.request({"op": "pilot", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
+        generate = {"problem": problem.name, "shape": shape, "seed": seeds[0]}
+        answer = session.request({"op": "pilot", "generate": generate}, timeout=CALL_TIMEOUT_S)
         if not answer.header.get("ok"):
             _raise_error(answer.header)
         pilot = answer.header.get("pilot_us")
@@ -332,20 +340,24 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     else:
         pilot = None
         graph = bool(graph_mode)
-    del pilot_inputs
 
     sets = [problem.inputs(shape, s, "cuda") for s in seeds[1:]]
     refs = [as_outputs(problem.reference(*inputs)) for inputs in sets]
-    specs_all: list[list[dict[str, Any]]] = []
-    fds_all: list[int] = []
-    for inputs in sets:
-        specs, fds = wire.pack_values(inputs)
-        offset = len(fds_all)
-        specs_all.append([{**s, "fd": s["fd"] + offset} if s.get("kind") == "tensor" else s for s in specs])
-        fds_all.extend(fds)
     worker.progress("timing: capture" if graph else "timing: warm-up")
-    answer = session.request({"op": "time_setup", "sets": specs_all, "graph": graph,
-                              "flush_bytes": calib.flush_bytes}, fds_all, timeout=CALL_TIMEOUT_S)
+    set_seeds = [{"problem": problem.name, "shape": shape, "seed": s} for s in seeds[1:]]
+    answer = session.request({"op": "time_setup", "generate_sets": set_seeds, "graph": graph,
+                              "flush_bytes": calib.flush_bytes}, timeout=CALL_TIMEOUT_S)
+    if answer.header.get("ok") and answer.header.get("checksums") != [wire.checksums(x) for x in sets]:
+        session.notes.append("the timing sets were sent: the generated ones differed")
+        specs_all: list[list[dict[str, Any]]] = []
+        fds_all: list[int] = []
+        for inputs in sets:
+            specs, fds = wire.pack_values(inputs)
+            offset = len(fds_all)
+            specs_all.append([{**s, "fd": s["fd"] + offset} if s.get("kind") == "tensor" else s for s in specs])
+            fds_all.extend(fds)
+        answer = session.request({"op": "time_setup", "sets": specs_all, "graph": graph,
+                                  "flush_bytes": calib.flush_bytes}, fds_all, timeout=CALL_TIMEOUT_S)
     if not answer.header.get("ok"):
         _raise_error(answer.header)
     out_specs = answer.header.get("outputs") or []

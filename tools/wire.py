@@ -214,3 +214,18 @@ def unpack_values(specs: list[dict[str, Any]], fds: list[int], limit_bytes: int)
         else:
             raise WireError(f"unknown value kind {s.get('kind')!r}")
     return out
+
+
+def checksums(values: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Per input: a tensor's sum and sum of absolute values in float64 (any other value as itself). Both sides
+    compute it over inputs generated from the same seed, to catch generation that differs between processes."""
+    import torch
+
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            d = v.detach().to(torch.float64)
+            out.append([float(d.sum()), float(d.abs().sum())])
+        else:
+            out.append(v)
+    return out

@@ -130,8 +130,10 @@ def _preload_for_candidates() -> None:
     import triton
     import triton.language  # noqa: F401
 
-    import kernels.spec  # noqa: F401
+    import kernels
     import tools.candidate_host  # noqa: F401
+
+    kernels.list_problems()  # candidate processes generate their inputs from the judge's seeds
     from tools.candidate import gluon_jit_class
 
     gluon_jit_class()
