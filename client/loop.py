@@ -567,7 +567,8 @@ def attempt_report(att: Event) -> dict[str, Any]:
         "problem": a.get("problem"), "shape": a.get("shape"), "ok": outcome in ("correct", "compiled", "incorrect"),
         "correct": outcome == "correct", "error_class": a.get("error_class"), "error": a.get("error"),
         "max_rel_err": a.get("max_rel_err"), "speedup": a.get("speedup"), "device": {"name": a.get("device")},
-        "attempt_id": att.id, "source_sha": a.get("source_sha"), "recovered_from_attempt": True}
+        "attempt_id": att.id, "source_sha": a.get("source_sha"), "recovered_from_attempt": True,
+        "verified": a.get("verified") is True, "verification": a.get("verification")}
     if a.get("median_us") is not None:
         report["timing"] = {"median_us": a["median_us"], "spread_pct": a.get("spread_pct"),
                             "mode": a.get("timing_mode")}

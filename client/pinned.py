@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client.runstate import RunState, fmt_us
+from client.runstate import AttemptRec, RunState, fmt_us
 
 STUCK_AFTER = 3  # consecutive failures of one class before the block names them
 REPEAT_AFTER = 3  # consecutive identical calls before the block names them
@@ -40,14 +40,29 @@ def budget_line(state: RunState, now: float | None = None) -> str:
     return "; ".join(parts)
 
 
+def _attempt_line(rec: AttemptRec, run_id: str) -> str:
+    where = f"step {rec.step} of this run" if rec.step is not None and rec.run_id == run_id else (
+        "this run" if rec.run_id == run_id else f"run {rec.run_id or '-'}")
+    ident = f"attempt #{rec.attempt_id}" if rec.attempt_id is not None else "an attempt"
+    device = f" on {rec.device}" if rec.device else ""
+    how = f", verified {rec.verification}" if rec.verification else ""
+    return f"{ident} ({where}): {rec.numbers()}{device}{how}"
+
+
 def best_line(state: RunState) -> str:
+    """This run's own best verified attempt: the one the goal is checked against."""
     best = state.best
     if best is None:
-        return "none yet (nothing correct in the log for this problem and shape)"
-    where = f"step {best.step} of this run" if best.step is not None else f"run {best.run_id or '-'}"
-    ident = f"attempt #{best.attempt_id}" if best.attempt_id is not None else "an attempt"
-    device = f" on {best.device}" if best.device else ""
-    return f"{ident} ({where}): {best.numbers()}{device}"
+        return "none yet in this run (no verified correct attempt of this run for this problem and shape)"
+    return _attempt_line(best, state.run_id)
+
+
+def log_best_line(state: RunState) -> str | None:
+    """The best verified attempt of any run in the log, when it is not this run's best; else None."""
+    rec = state.log_best
+    if rec is None or rec is state.best:
+        return None
+    return _attempt_line(rec, state.run_id)
 
 
 def pinned_text(state: RunState, now: float | None = None) -> str:
@@ -64,7 +79,10 @@ def pinned_text(state: RunState, now: float | None = None) -> str:
                                                           else " (from an earlier profile)."))
     else:
         lines.append("Baseline: not measured yet (the first timed profile reports it; CPU runs are not timed).")
-    lines.append(f"Best so far: {best_line(state)}.")
+    lines.append(f"Best so far in this run (verified; the goal is checked against it): {best_line(state)}.")
+    elsewhere = log_best_line(state)
+    if elsewhere is not None:
+        lines.append(f"Best in the whole log (any run; it does not count for this run's goal): {elsewhere}.")
     met = state.goal_met()
     if goal.target_speedup is not None or goal.target_us is not None:
         lines.append("Target: met (" + met + ")." if met else "Target: not met yet.")
@@ -105,12 +123,18 @@ def pinned_dict(state: RunState, now: float | None = None) -> dict[str, Any]:
     """The same state, structured, for policies that read it instead of the text."""
     goal = state.goal
     assert goal is not None
-    best = state.best
+    # "best": the kernel to build on: this run's own best verified attempt, else the log's ("scope" says
+    # which). "run_best" is the run's own alone (what "goal_met" is decided from); "log_best" any run's.
+    own = None if state.best is None else {**state.best.as_dict(), "source": state.best_source, "scope": "run"}
+    whole = None if state.log_best is None else {**state.log_best.as_dict(), "source": state.log_best_source,
+                                                 "scope": "log"}
     return {
         "run_id": state.run_id,
         "goal": goal.as_payload(),
         "step": state.steps_started,
-        "best": None if best is None else {**best.as_dict(), "source": state.best_source},
+        "best": own if own is not None else whole,
+        "run_best": own,
+        "log_best": whole,
         "baseline": None if state.baseline is None else {"name": state.baseline[0], "median_us": state.baseline[1]},
         "goal_met": state.goal_met(),
         "attempts": len(state.attempts),

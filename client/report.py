@@ -1,12 +1,12 @@
 """A run's report, read from the log: progress.png and report.md.
 
-The plot shows best-so-far against active hours and against steps, with every attempt marked by its
-outcome. The metric is the speedup over the baseline; where no attempt was timed against a baseline
-it is the median time (lower is better); where nothing was timed at all (a CPU run: the kernels are
-only checked under the interpreter) each attempt's outcome is drawn on a strip per outcome, so the
-plot still says what happened at every step. The Markdown has the goal, the baseline, the best kernel
-with its numbers and source, the strategies tried (notes and the turn that proposed each attempt),
-failures by class and the spend.
+The plot shows the run's own best-so-far (verified attempts only) against active hours and against
+steps, with every attempt marked by its outcome. The metric is the speedup over the baseline; where
+no attempt was timed against a baseline it is the median time (lower is better); where nothing was
+timed at all (a CPU run: the kernels are only checked under the interpreter) each attempt's outcome
+is drawn on a strip per outcome, so the plot still says what happened at every step. The Markdown
+has the goal, the baseline, the best kernel with its numbers and source, the strategies tried (notes
+and the turn that proposed each attempt), failures by class and the spend.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from client.pinned import best_line
+from client.pinned import best_line, log_best_line
 from client.runs import liveness
 from client.runstate import AttemptRec, RunState, fmt_us
 
@@ -59,8 +59,9 @@ def best_series(attempts: list[AttemptRec], metric: str, start: AttemptRec | Non
                 base_us: float | None = None) -> list[float | None]:
     """The metric of the best attempt after each attempt (None until something correct is timed).
 
-    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time; its
-    speedup is taken against the run's one baseline figure (`run_baseline_us`), so the curve never falls.
+    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time of a
+    verified correct attempt; its speedup is taken against the run's one baseline figure
+    (`run_baseline_us`), so the curve never falls.
     """
     best = start if _value(start, metric, base_us) is not None else None
     out: list[float | None] = []
@@ -100,10 +101,14 @@ def plot(state: RunState, path: Path) -> None:
             ax.set_yticks(range(len(outcomes)), outcomes)
             ax.set_ylim(-0.8, max(len(outcomes) - 0.2, 0.8))
         else:
-            series = best_series(attempts, metric, state.first_best, base_us)
+            series = best_series(attempts, metric, None, base_us)  # this run's own verified attempts
             pts = [(x, y) for x, y in zip(xs, series) if y is not None]
             if pts:
-                ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color="#1f77b4", label="best so far")
+                ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color="#1f77b4",
+                        label="best so far (this run)")
+            before = _value(state.first_best, metric, base_us)
+            if before is not None:
+                ax.axhline(before, color="#1f77b4", linestyle=":", linewidth=1, label="best in the log at the start")
             timed = [_value(a, metric, base_us) for a in attempts]
             known = [v for v in timed if v is not None]
             floor = (min(known) * 0.95 if metric == "speedup" else max(known) * 1.05) if known else 0.0
@@ -158,9 +163,12 @@ def markdown(log: Any, state: RunState) -> str:
         lines.append(f"{state.baseline[0]}: {fmt_us(state.baseline[1])} us median.")
     else:
         lines.append("Not measured in this run (no timed profile: on a CPU the kernels are only checked).")
-    lines += ["", "## Best kernel", "", f"{best_line(state)}."]
+    lines += ["", "## Best kernel", "", f"This run's best verified attempt: {best_line(state)}."]
+    elsewhere = log_best_line(state)
+    if elsewhere is not None:
+        lines.append(f"Best verified attempt in the whole log (any run): {elsewhere}.")
     if state.first_best is not None and state.first_best is not state.best:
-        lines.append(f"At the start of the run the best was: {state.first_best.numbers()}.")
+        lines.append(f"At the start of the run the best in the log was: {state.first_best.numbers()}.")
     if state.best_source:
         lines += ["", "```python", state.best_source.rstrip(), "```"]
     lines += ["", "## Progress", "", "![best so far over time and steps](progress.png)", "",

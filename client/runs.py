@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from client.runstate import RunState
+from client.runstate import AttemptRec, RunState
 
 REMOTE_LIVE_S = 900.0  # a run on another host counts as running while its newest event is this recent
 
@@ -109,11 +109,18 @@ def latest_run(log: Any) -> str | None:
     return runs[0]["run_id"] if runs else None
 
 
+def _best_data(best: AttemptRec | None) -> dict[str, Any] | None:
+    if best is None:
+        return None
+    return {"attempt_id": best.attempt_id, "step": best.step, "run_id": best.run_id, "outcome": best.outcome,
+            "median_us": best.median_us, "speedup": best.speedup, "max_rel_err": best.max_rel_err,
+            "device": best.device, "verified": best.verified, "verification": best.verification}
+
+
 def status_data(log: Any, run_id: str) -> dict[str, Any]:
     """The public `marathon status --json` object of one run."""
     state = RunState.load(log, run_id)
     live = liveness(log.path, state)
-    best = state.best
     goal = state.goal
     assert goal is not None
     return {
@@ -128,10 +135,8 @@ def status_data(log: Any, run_id: str) -> dict[str, Any]:
         "steps": state.steps_done,
         "steps_started": state.steps_started,
         "turns": state.turns,
-        "best": None if best is None else {
-            "attempt_id": best.attempt_id, "step": best.step, "run_id": best.run_id, "outcome": best.outcome,
-            "median_us": best.median_us, "speedup": best.speedup, "max_rel_err": best.max_rel_err,
-            "device": best.device},
+        "best": _best_data(state.best),  # this run's own best verified attempt: what goal_met is decided from
+        "log_best": _best_data(state.log_best),  # the best verified attempt of any run in the log
         "target": {"speedup": goal.target_speedup, "median_us": goal.target_us},
         "goal_met": state.goal_met(),
         "attempts": len(state.attempts),

@@ -9,6 +9,10 @@ pinned block costs a few dictionary reads, not a query over the whole log, at st
 Two sources of attempts, merged: the run's own tool results (agent.result, which carry the numbers
 the server returned, so a run against a remote server has them too) and `attempt` events in the
 local log (the server's, when it shares the log; other runs' and agents').
+
+Best-so-far counts only verified correct attempts (the judge's `verified: true`; attempts logged
+before the field existed are unverified). Two are kept: `best`, from this run's own attempts, which
+is what the goal is checked against, and `log_best`, from every run in the log, shown beside it.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class AttemptRec:
     fingerprint: str | None = None
     source_sha: str | None = None
     key: str | None = None
+    verified: bool = False  # the judge vouched for the verdict (state.events ATTEMPT); absent before: False
+    verification: str | None = None  # how, e.g. "judge:v1+bounds"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,8 +87,9 @@ class AttemptRec:
         return ", ".join(parts)
 
     def better_than(self, other: AttemptRec | None) -> bool:
-        """The log's rule: a timed correct attempt beats an untimed one; faster wins; else newer wins."""
-        if self.outcome != "correct":
+        """The log's rule: only a verified correct attempt counts; a timed one beats an untimed one;
+        faster wins; else newer wins."""
+        if self.outcome != "correct" or self.verified is not True:
             return False
         if other is None:
             return True
@@ -120,7 +127,18 @@ def attempt_from_result(tool: str, args: dict[str, Any], structured: dict[str, A
         baseline=base.get("name") if isinstance(base, dict) else None,
         baseline_us=_num(base.get("median_us")) if isinstance(base, dict) else None,
         device=(device.get("name") if isinstance(device, dict) else device) or None,
-        fingerprint=fp, source_sha=structured.get("source_sha"), key=attempt_key(tool, args, fp))
+        fingerprint=fp, source_sha=structured.get("source_sha"), key=attempt_key(tool, args, fp),
+        **_verdict(structured))
+
+
+def _verdict(data: dict[str, Any]) -> dict[str, Any]:
+    """verified and verification as an attempt or a result reports them: anything but a JSON true is
+    unverified (a result or attempt from before the field existed has none). An attempt names how in a
+    string ("judge:v1+bounds"); a tool result may give an object whose "by" names it."""
+    how = data.get("verification")
+    if isinstance(how, dict):
+        how = how.get("by")
+    return {"verified": data.get("verified") is True, "verification": how if isinstance(how, str) else None}
 
 
 @dataclass
@@ -184,9 +202,11 @@ class RunState:
         # attempts
         self.attempts: list[AttemptRec] = []  # this run's, in step order
         self.tried: dict[str, AttemptRec] = {}  # attempt_key -> the first attempt with it
-        self.best: AttemptRec | None = None
+        self.best: AttemptRec | None = None  # this run's own best verified attempt: what the goal is checked on
         self.best_source: str | None = None
-        self.first_best: AttemptRec | None = None  # the best from elsewhere, known before this run's first attempt
+        self.log_best: AttemptRec | None = None  # the best verified attempt of any run in the log (this one too)
+        self.log_best_source: str | None = None
+        self.first_best: AttemptRec | None = None  # the log's best elsewhere, known before this run's first attempt
         self.baseline: tuple[str, float, int | None] | None = None  # name, median us, step measured
         self.outcomes: Counter[str] = Counter()
         self.attempt_tools: Counter[str] = Counter()
@@ -194,7 +214,7 @@ class RunState:
         self.streak_class: str | None = None
         self.streak = 0
         self.streak_error: str | None = None
-        self._seen_attempts: set[tuple[Any, Any]] = set()
+        self._seen_attempts: dict[tuple[Any, Any], AttemptRec] = {}
         self._fp_by_sha: dict[str, str] = {}
         # notes, spend, compaction
         self.notes: deque[Note] = deque(maxlen=self.RECENT_NOTES)
@@ -223,9 +243,11 @@ class RunState:
         return total
 
     def goal_met(self) -> str | None:
-        if self.goal is None or self.best is None:
+        """Why the goal is met (a sentence), from this run's own best verified attempt; else None."""
+        best = self.best
+        if self.goal is None or best is None or best.verified is not True or best.run_id != self.run_id:
             return None
-        return self.goal.met(self.best.speedup, self.best.median_us)
+        return self.goal.met(best.speedup, best.median_us)
 
     def budget_left(self, now: float | None = None, live: bool = False) -> dict[str, float | None]:
         """What is left of each limit (None: no limit)."""
@@ -343,7 +365,7 @@ class RunState:
                                  ts=float(found.get("ts") or ev.ts), attempt_id=found.get("id"),
                                  run_id=found.get("run_id"), median_us=_num(found.get("median_us")),
                                  speedup=_num(found.get("speedup")), max_rel_err=_num(found.get("max_rel_err")),
-                                 device=found.get("device"), source_sha=found.get("source_sha"))
+                                 device=found.get("device"), source_sha=found.get("source_sha"), **_verdict(found))
                 self._consider(rec, found.get("source"))
         if p.get("tool") == "note" and p.get("ok") and isinstance(structured.get("id"), int):
             self._add_note(structured["id"], str(args.get("text", "")), list(args.get("tags") or []), self.run_id)
@@ -371,18 +393,38 @@ class RunState:
         self._consider(rec, source)
 
     def _consider(self, rec: AttemptRec, source: str | None) -> None:
-        """Offer an attempt for best-so-far; the same server attempt seen twice counts once."""
+        """Offer an attempt for best-so-far; the same server attempt seen twice counts once.
+
+        Only verified correct attempts can be best (`better_than`); only this run's own can be its
+        `best`, any run's its `log_best`. One server attempt reaches the state twice (the run's tool
+        result, the server's attempt event), in either order: the step comes from the run's record
+        and the verdict from whichever of the two says verified."""
         if rec.attempt_id is not None:
             ident = (rec.attempt_id, rec.source_sha)
-            if ident in self._seen_attempts:
-                same = self.best is not None and (self.best.attempt_id, self.best.source_sha) == ident
-                if same and rec.step is not None and self.best is not None and self.best.step is None:
-                    self.best = rec  # the run's own record of it: same numbers, and the step that made it
-                return
-            self._seen_attempts.add(ident)
+            seen = self._seen_attempts.get(ident)
+            if seen is None:
+                self._seen_attempts[ident] = rec
+            else:
+                keep = rec if rec.step is not None and seen.step is None else seen  # the run's own record
+                other = seen if keep is rec else rec
+                newly_verified = rec.verified and not seen.verified
+                if other.verified and not keep.verified:
+                    keep.verified, keep.verification = True, other.verification
+                keep.run_id = keep.run_id or other.run_id
+                self._seen_attempts[ident] = keep
+                if not newly_verified:
+                    for name in ("best", "log_best"):
+                        if getattr(self, name) is seen:
+                            setattr(self, name, keep)
+                    return
+                rec = keep  # first seen unverified, now verified: offered for best below
         if rec.run_id != self.run_id and not self.attempts and rec.better_than(self.first_best):
             self.first_best = rec  # known before this run judged anything: where the run started from
-        if rec.better_than(self.best):
+        if rec.better_than(self.log_best):
+            self.log_best = rec
+            self.log_best_source = source if source is not None else (
+                self._source_of(rec.source_sha) if rec.source_sha else None)
+        if rec.run_id == self.run_id and rec.better_than(self.best):
             self.best = rec
             self.best_source = source if source is not None else (
                 self._source_of(rec.source_sha) if rec.source_sha else None)
@@ -395,7 +437,7 @@ class RunState:
                          run_id=ev.run_id, median_us=_num(p.get("median_us")), speedup=_num(p.get("speedup")),
                          max_rel_err=_num(p.get("max_rel_err")), error_class=p.get("error_class"),
                          error=p.get("error"), baseline=p.get("baseline"), baseline_us=_num(p.get("baseline_us")),
-                         device=p.get("device"), source_sha=p.get("source_sha"))
+                         device=p.get("device"), source_sha=p.get("source_sha"), **_verdict(p))
         if rec.tool == "profile" and rec.source_sha:
             fp = self._fp_by_sha.get(rec.source_sha)
             if fp is None:

@@ -47,14 +47,15 @@ def optimize_text(service: Service, problem: str, shape: str = "bench") -> str:
     p = get_problem(problem)
     shapes = "; ".join(f"{name} ({', '.join(f'{k}={v}' for k, v in dims.items())})"
                        for name, dims in p.shapes.items())
-    found: dict[str, Any] | None = service.best(problem, shape)
+    found: dict[str, Any] | None = service.best(problem, shape)  # verified attempts only
     best = ""
     if found is not None and found.get("median_us") is not None:
         speed = f", {found['speedup']:.2f}x the baseline" if found.get("speedup") else ""
-        best = (f"\nBest so far: attempt {found['id']}, {found['median_us']:.2f} us{speed} "
+        best = (f"\nBest so far (verified): attempt {found['id']}, {found['median_us']:.2f} us{speed} "
                 f"(best://{problem}/{shape}).")
     elif found is not None:
-        best = f"\nA correct kernel is logged (attempt {found['id']}, best://{problem}/{shape}), not yet timed."
+        best = (f"\nA verified correct kernel is logged (attempt {found['id']}, best://{problem}/{shape}), "
+                "not yet timed.")
     return TEMPLATE.format(problem=problem, shape=shape, summary=p.summary, shapes=shapes,
                            rel_err=p.tolerance.rel_err, atol=p.tolerance.atol, rtol=p.tolerance.rtol, best=best)
 

@@ -4,7 +4,7 @@ problem://{name}/description   the contract (markdown): inputs, outputs, shapes,
 problem://{name}/reference     the reference implementation (problem.py and reference.py)
 problem://{name}/starter       a simple, correct Triton candidate to start from
 problem://{name}/shapes        shapes, check shapes, tolerance, dtypes, FLOPs and bytes (JSON)
-best://{problem}/{shape}       the best correct kernel in the event log so far, numbers on top
+best://{problem}/{shape}       the best verified correct kernel in the event log so far, numbers on top
 
 Each is registered as a template (any problem, any shape) and, for discovery in clients that only
 list concrete resources, once per problem (best:// at the bench shape).
@@ -50,9 +50,10 @@ def best_text(service: Service, problem: str, shape: str) -> str:
     except UnknownInput as exc:
         raise ResourceNotFoundError(str(exc.args[0] if exc.args else exc)) from None
     if found is None:
-        raise ResourceNotFoundError(f"no correct attempt for {problem}/{shape} yet; "
-                                    f"start from problem://{problem}/starter")
-    numbers = [f"attempt {found['id']}", f"outcome {found.get('outcome')}", f"device {found.get('device')}"]
+        raise ResourceNotFoundError(f"no correct attempt for {problem}/{shape} yet (only attempts the judge "
+                                    f"verified count); start from problem://{problem}/starter")
+    numbers = [f"attempt {found['id']}", f"outcome {found.get('outcome')}", f"device {found.get('device')}",
+               f"verified {found.get('verification') or 'yes'}"]
     for key, fmt in (("median_us", "{:.2f} us"), ("speedup", "{:.2f}x"), ("max_rel_err", "max rel err {:.1e}")):
         value = jsonable(found.get(key))
         if value is not None:
@@ -78,13 +79,14 @@ def register_resources(app: MCPServer, service: Service) -> None:
         return best_text(service, problem, shape)
 
     app.resource("best://{problem}/{shape}", name="best", title="Best kernel so far",
-                 description="the best correct kernel in the event log for a problem and shape, numbers on top",
+                 description="the best verified correct kernel in the event log for a problem and shape, numbers "
+                 "on top",
                  mime_type="text/x-python")(read_best)
     for name in problem_names():
         app.add_resource(FunctionResource.from_function(
             _bound(best_text, service, name, "bench"), uri=f"best://{name}/bench", name=f"{name}-best",
-            title=f"{name}: best kernel so far (bench)", description=f"the best correct {name} kernel at the "
-            "bench shape", mime_type="text/x-python"))
+            title=f"{name}: best kernel so far (bench)", description=f"the best verified correct {name} "
+            "kernel at the bench shape", mime_type="text/x-python"))
 
 
 def _only_name(read: Callable[..., str]) -> Callable[[str], str]:

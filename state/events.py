@@ -40,7 +40,20 @@ failure counts are computed from. Required: problem (str), shape (str: a shape n
 source_sha (str: `put_source(text)`), tool ("profile" | "compile"), outcome (one of `OUTCOMES`),
 device (str, e.g. "NVIDIA H200" or "cpu"). Optional (None when unknown): error_class (str), error
 (str), max_rel_err (float), median_us (float), spread_pct (float), speedup (float). Anything else
-(baseline_us, roofline share, compile resources, telemetry, ...) is kept."""
+(baseline_us, roofline share, compile resources, telemetry, ...) is kept.
+
+How the verdict was reached, also optional:
+- verified (bool): true only when the trusted judge (a process where candidate code never ran)
+  produced the verdict and every one of its checks passed. An attempt without the field, which is
+  every attempt logged before the field existed, is unverified, and so is one with false. Only
+  verified correct attempts count for best-so-far and for a goal; the others stay in the log, in
+  the ledger and in the failure counts.
+- verification (str | None): how it was verified, e.g. "judge:v1" (correctness checked by the judge,
+  not timed: a CPU attempt), "judge:v1+bounds" (GPU-timed, the timing within the judge's outside
+  bounds), "judge:v1+bounds+census" (and an Nsight kernel census agreed). Required, non-empty, when
+  verified is true.
+Read back (state.views), every attempt has both: verified False and verification None when absent.
+The log is append-only, so attempts logged before are never rewritten: the views mark them."""
 
 NOTE = "note"
 """Something learned, written by the agent or a person. text (str, required); problem (str | None),
@@ -199,6 +212,8 @@ SCHEMAS: dict[str, tuple[FieldSpec, ...]] = {
         _f("median_us", _NUMBER, required=False, nullable=True),
         _f("spread_pct", _NUMBER, required=False, nullable=True),
         _f("speedup", _NUMBER, required=False, nullable=True),
+        _f("verified", bool, required=False),
+        _f("verification", str, required=False, nullable=True),
     ),
     NOTE: (
         _f("text", str),
@@ -236,6 +251,8 @@ def validate(kind: str, payload: Any) -> None:
         raise ValueError(f"{kind!r} event payload must be a JSON object (dict), got {type(payload).__name__}")
     for spec in SCHEMAS.get(kind, ()):
         spec.check(kind, payload)
+    if kind == ATTEMPT and payload.get("verified") is True and not payload.get("verification"):
+        raise ValueError("'attempt' event payload says verified but not how: 'verification' must name the checks")
     if kind == NOTE and payload.get("tags") is not None:
         if not all(isinstance(t, str) for t in payload["tags"]):
             raise ValueError("'note' event payload field 'tags' must be a list of strings")

@@ -334,13 +334,21 @@ class EventLog:
         with self._lock:
             return views.attempts(self._sdb(), problem, shape, outcome, run_id, limit, offset)
 
-    def best(self, problem: str, shape: str, device: str | None = None) -> dict[str, Any] | None:
-        """Best attempt for a problem and shape, plus its "source" text (see state.views.best)."""
+    def best(
+        self,
+        problem: str,
+        shape: str,
+        device: str | None = None,
+        run_id: str | None = None,
+        include_unverified: bool = False,
+    ) -> dict[str, Any] | None:
+        """Best verified attempt for a problem and shape (of one run, with `run_id`), plus its
+        "source" text (see state.views.best)."""
         with self._lock:
-            return views.best(self._sdb(), problem, shape, device)
+            return views.best(self._sdb(), problem, shape, device, run_id, include_unverified)
 
     def best_all(self) -> list[dict[str, Any]]:
-        """The best attempt of every problem and shape (no source text)."""
+        """The best verified attempt of every problem and shape (no source text)."""
         with self._lock:
             return views.best_all(self._sdb())
 

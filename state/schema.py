@@ -7,7 +7,10 @@ once. Migrations are frozen SQL text: never edit one that has shipped, append a 
 
 Views and their expression indexes are derived from the events and cheap to recreate, so they are
 not migrated: on open, `ensure_derived` compares their stored SQL with `DERIVED` and recreates the
-whole layer when anything differs (or is missing). Changing a view is an edit to `DERIVED`.
+whole layer when anything differs (or is missing). Changing a view is an edit to `DERIVED`: the
+stored SQL is the layer's version, so a database whose views were made by an older release gets the
+new ones on its next open (e.g. the `verified` column, which marks attempts logged before it existed
+as unverified without touching an event).
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ def _j(field: str) -> str:
     return f"json_extract(payload, '$.{field}')"
 
 
+# 1 only for a JSON true: an attempt logged before the field existed (or with false) is unverified.
+_VERIFIED = "CASE WHEN json_type(payload, '$.verified') = 'true' THEN 1 ELSE 0 END"
+
+
 # (type, name, sql). Indexes first: views are dropped before them and created after.
 DERIVED: tuple[tuple[str, str, str], ...] = (
     # A run's events of one kind (its run.start, its last run.end or budget) without a run scan.
@@ -87,7 +94,7 @@ DERIVED: tuple[tuple[str, str, str], ...] = (
         "index",
         "attempts_by_time",
         f"CREATE INDEX attempts_by_time ON events({_j('problem')}, {_j('shape')}, {_j('outcome')}, "
-        f"{_j('median_us')}, id) WHERE kind = 'attempt'",
+        f"{_VERIFIED}, {_j('median_us')}, id) WHERE kind = 'attempt'",
     ),
     (
         "view",
@@ -96,19 +103,21 @@ DERIVED: tuple[tuple[str, str, str], ...] = (
         f"{_j('problem')} AS problem, {_j('shape')} AS shape, {_j('outcome')} AS outcome, "
         f"{_j('error_class')} AS error_class, {_j('median_us')} AS median_us, "
         f"{_j('speedup')} AS speedup, {_j('device')} AS device, {_j('source_sha')} AS source_sha, "
-        f"{_j('tool')} AS tool, payload FROM events WHERE kind = 'attempt'",
+        f"{_j('tool')} AS tool, {_VERIFIED} AS verified, {_j('verification')} AS verification, "
+        "payload FROM events WHERE kind = 'attempt'",
     ),
     (
         "view",
         "best_attempts",
-        # Per problem and shape: the fastest timed correct attempt (earliest on a tie), else the
-        # newest correct one.
+        # Per problem and shape: the fastest timed verified correct attempt (earliest on a tie), else
+        # the newest verified correct one. Unverified attempts (all those logged before `verified`
+        # existed) are never best.
         "CREATE VIEW best_attempts AS SELECT * FROM (SELECT a.*, ROW_NUMBER() OVER ("
         "PARTITION BY problem, shape ORDER BY "
         "CASE WHEN typeof(median_us) IN ('integer', 'real') THEN 0 ELSE 1 END, "
         "CASE WHEN typeof(median_us) IN ('integer', 'real') THEN median_us END, "
         "CASE WHEN typeof(median_us) IN ('integer', 'real') THEN id ELSE -id END) AS rank "
-        "FROM attempts a WHERE outcome = 'correct') WHERE rank = 1",
+        "FROM attempts a WHERE outcome = 'correct' AND verified = 1) WHERE rank = 1",
     ),
     (
         "view",

@@ -32,10 +32,12 @@ def _merge(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def attempt_dict(row: dict[str, Any]) -> dict[str, Any]:
-    """An attempt as callers see it: every optional field present, non-finite floats restored."""
+    """An attempt as callers see it: every optional field present, non-finite floats restored, and
+    `verified` a bool (False for an attempt logged without it: before the field existed)."""
     out = _merge(row)
     for name in ATTEMPT_OPTIONAL:
         out.setdefault(name, None)
+    out["verified"] = out["verified"] is True
     for name in ATTEMPT_FLOATS:
         out[name] = restore_float(out[name])
     return out
@@ -58,13 +60,22 @@ def attempts(
 
 
 def best(
-    db: sqlite_utils.Database, problem: str, shape: str, device: str | None = None
+    db: sqlite_utils.Database,
+    problem: str,
+    shape: str,
+    device: str | None = None,
+    run_id: str | None = None,
+    include_unverified: bool = False,
 ) -> dict[str, Any] | None:
-    """The fastest timed correct attempt (earliest on a tie); else the newest correct one; else None.
+    """The fastest timed verified correct attempt (earliest on a tie); else the newest verified correct
+    one; else None. With `run_id`, only that run's attempts; with `device`, only that device's.
 
+    Unverified attempts (every attempt logged before `verified` existed, and any the judge did not
+    vouch for) never count unless `include_unverified` is set, for looking into an old log.
     The result carries "source": the kernel text (None if it was never stored).
     """
-    where, params = _where({"problem": problem, "shape": shape, "outcome": "correct", "device": device})
+    where, params = _where({"problem": problem, "shape": shape, "outcome": "correct", "device": device,
+                            "run_id": run_id, "verified": None if include_unverified else 1})
     select = f"SELECT id, ts, run_id, payload FROM attempts{where}"
     rows = list(db.query(f"{select} AND {_TIMED} ORDER BY median_us, id LIMIT 1", params))
     if not rows:
@@ -78,7 +89,8 @@ def best(
 
 
 def best_all(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-    """The best attempt of every problem and shape (device-agnostic), without source text."""
+    """The best verified attempt of every problem and shape (device-agnostic, any run), without source
+    text; a pair with no verified correct attempt is left out."""
     rows = db.query("SELECT id, ts, run_id, payload FROM best_attempts ORDER BY problem, shape")
     return [attempt_dict(r) for r in rows]
 

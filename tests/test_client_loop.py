@@ -108,25 +108,38 @@ def test_a_source_already_profiled_is_answered_from_the_log(tmp_path: Path) -> N
 
 
 def test_done_is_decided_from_measured_numbers_in_the_log_not_from_a_claim(tmp_path: Path) -> None:
-    """The policy claims the target; the run goes on. A timed attempt in the log (as another agent on a
-    GPU would log it) reaches the target; the run stops at once, done."""
+    """The policy claims the target; the run goes on. Neither another run's verified 10x nor an unverified
+    10x of this run (as logged before attempts said how they were verified) stops it. A verified timed
+    attempt of this run (as the server logs a GPU profile of it) reaches the target; the run stops at
+    once, done."""
     seen = []
+
+    def attempt(log: EventLog, run_id: str, speedup: float, **verdict: object) -> None:
+        sha = log.put_source(STARTER.replace("NUM_WARPS = 8", f"NUM_WARPS = {len(seen)}"))
+        log.append("attempt", {"problem": "softmax", "shape": "bench", "source_sha": sha, "tool": "profile",
+                               "outcome": "correct", "device": "NVIDIA H200", "median_us": 64.0 / speedup,
+                               "speedup": speedup, "baseline": "torch", "baseline_us": 64.0, **verdict},
+                   run_id=run_id)
 
     def turn(ctx: TurnContext) -> Turn:
         seen.append(ctx)
-        if len(seen) == 3:
-            with EventLog(_db(tmp_path)) as log:
-                sha = log.put_source(STARTER)
-                log.append("attempt", {"problem": "softmax", "shape": "bench", "source_sha": sha, "tool": "profile",
-                                       "outcome": "correct", "device": "NVIDIA H200", "median_us": 40.0,
-                                       "speedup": 1.6, "baseline": "torch", "baseline_us": 64.0}, run_id="gpu-agent")
+        with EventLog(_db(tmp_path)) as log:
+            if len(seen) == 2:
+                attempt(log, "gpu-agent", 10.0, verified=True, verification="judge:v1+bounds")
+                attempt(log, "target", 10.0)
+            elif len(seen) == 3:
+                attempt(log, "target", 9.0, verified=False, verification=None)
+            elif len(seen) == 4:
+                attempt(log, "target", 1.6, verified=True, verification="judge:v1+bounds")
         return Turn("Done: I reached 10x, the target is met.", (ToolCall(f"l{len(seen)}", "list_problems", {}),))
 
     with EventLog(_db(tmp_path)) as log:
         new_run(log, "target", 50, target_speedup=1.5)
     end, _ = run_in_process(tmp_path, "target", Scripted(turn))
     assert end.state == "done" and "1.6x reaches the target 1.5x" in end.reason
-    assert len(seen) == 3  # not after the first claim; right after the measurement landed
+    assert len(seen) == 4  # not after the claims, nor after a 10x it did not own or nobody verified
+    assert "Best in the whole log (any run; it does not count for this run's goal)" in seen[2].messages[-1].content
+    assert "10x" in seen[2].messages[-1].content and "Target: not met yet." in seen[3].messages[-1].content
 
 
 def test_a_model_that_stops_early_is_nudged_once_then_the_run_ends(tmp_path: Path) -> None:

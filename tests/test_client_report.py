@@ -37,7 +37,8 @@ def _timed_run(log: EventLog, run_id: str) -> None:
         attempt = AttemptRec(tool="profile", outcome="correct" if ok else "incorrect", ts=0.0, step=step,
                              attempt_id=100 + step, median_us=64.0 / speedup if ok else None, speedup=speedup,
                              baseline="torch", baseline_us=64.0, device="NVIDIA H200", source_sha=sha,
-                             error_class=None if ok else "incorrect", error=None if ok else "max rel err 3e-2")
+                             error_class=None if ok else "incorrect", error=None if ok else "max rel err 3e-2",
+                             verified=ok, verification="judge:v1+bounds" if ok else None)
         log.append("agent.result", {"step": step, "call_id": f"{run_id}/{step}", "tool": "profile", "ok": ok,
                                     "status": "ok" if ok else "tool_error", "text": "...",
                                     "attempt": attempt.as_dict()}, run_id=run_id)
@@ -98,7 +99,8 @@ def test_best_curve_uses_one_baseline_figure_and_never_falls() -> None:
     """A wandering baseline must not let a slower kernel's luckier ratio lower or raise the best curve."""
     def rec(step: int, us: float, base: float) -> AttemptRec:
         return AttemptRec(tool="profile", outcome="correct", ts=0.0, step=step, attempt_id=step, median_us=us,
-                          speedup=base / us, baseline="torch", baseline_us=base)
+                          speedup=base / us, baseline="torch", baseline_us=base, verified=True,
+                          verification="judge:v1+bounds")
 
     attempts = [rec(1, 100.0, 30.0), rec(2, 99.0, 20.0), rec(3, 120.0, 60.0), rec(4, 50.0, 25.0)]
     assert _metric(attempts) == "speedup"

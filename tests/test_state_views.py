@@ -12,10 +12,15 @@ from state.events import ATTEMPT, NOTE, RUN_END, RUN_START
 
 
 def _a(log: EventLog, run: str, problem: str, shape: str, outcome: str, median: float | None = None,
-       error_class: str | None = None, device: str = "H200", src: str = "k", tool: str = "profile") -> int:
+       error_class: str | None = None, device: str = "H200", src: str = "k", tool: str = "profile",
+       verified: bool | None = True) -> int:
+    """An attempt as the judge logs it (verified), or unverified (False), or as logged before the field (None)."""
     sha = log.put_source(src)
     payload: dict[str, Any] = dict(problem=problem, shape=shape, source_sha=sha, tool=tool, outcome=outcome,
                                    device=device, median_us=median, error_class=error_class)
+    if verified is not None:
+        payload["verified"] = verified
+        payload["verification"] = "judge:v1+bounds" if verified else None
     return log.append(ATTEMPT, payload, run_id=run).id
 
 
