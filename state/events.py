@@ -73,6 +73,12 @@ BASELINE = "baseline"
 """A measured baseline. problem (str), shape (str), results (any JSON: per-baseline timings):
 required; the fields that key a cached measurement (device, dtype, torch, triton, ...) alongside."""
 
+CENSUS = "census"
+"""A kernel census of one source (tools.census): which kernels its entry() ran under Nsight Compute, and the
+verdict. problem, shape, source_sha, device (str), result (object: status "passed" or "refused", kernels [...],
+reason): written by the server, keyed `census:<source_sha>:<problem>:<shape>:<device>`, so a source is
+censused once per device and shape."""
+
 MODEL_TURN = "model.turn"
 """One model call of the bundled client. Free-form; usually provider, model, tokens_in, tokens_out,
 latency_s, stop_reason and the tool calls requested."""
@@ -118,6 +124,9 @@ OUTCOME_BY_ERROR_CLASS: dict[str | None, str] = {
     "syntax_error": "compile_error", "compile_error": "compile_error", "import_error": "compile_error",
     "capture_error": "compile_error", "no_kernel": "compile_error", "timeout": "timeout",
     "crashed": "crashed", "cuda_error": "crashed", "cancelled": "error", "needs_gpu": "error",
+    # The judge's refusals of a timing or of the kernels that ran, and of a candidate that broke the protocol.
+    "impossible_timing": "rejected", "timing_mismatch": "rejected", "census_failed": "rejected",
+    "protocol_error": "rejected", "runtime_error": "error", "internal_error": "error",
 }
 """The attempt outcome for each error class the tools report (None: no error). Unknown classes are
 "error". Kept here, with the event schema, so the server that writes attempts and a client that reads

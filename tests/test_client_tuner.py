@@ -121,7 +121,8 @@ def test_marathon_run_with_the_tuner_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert data["state"] == "finished" and data["end_state"] == "budget" and data["steps"] == 8
-    assert data["best"]["outcome"] == "correct" and data["outcomes"] == {"correct": 6}
+    # Correct on the CPU, but not verified (no timing, no kernel census there): a CPU run has no best.
+    assert data["best"] is None and data["outcomes"] == {"correct": 6}
     assert (tmp_path / "report" / "progress.png").read_bytes()[:4] == b"\x89PNG"
     md = (tmp_path / "report" / "report.md").read_text()
     for part in ("## Goal", "## Baseline", "## Best kernel", "## Strategies tried", "NUM_WARPS"):
@@ -132,6 +133,7 @@ def test_marathon_run_with_the_tuner_end_to_end_on_cpu(tmp_path: Path) -> None:
     again = _marathon(tmp_path, "run", "--problem", "softmax", "--max-steps", "20", "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     second = json.loads(again.stdout)
-    assert second["end_state"] == "done" and second["steps"] == 1 and second["attempts"] == 0  # just the note
+    # No verified best on the CPU: it reads the best (none), then the starter, then notes that all is tried.
+    assert second["end_state"] == "done" and second["steps"] <= 3 and second["attempts"] == 0, second
     status = json.loads(_marathon(tmp_path, "status", "--json").stdout)
     assert status["run_id"] == second["run_id"] and status["state"] == "finished"
