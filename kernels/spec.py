@@ -70,6 +70,9 @@ class Problem:
     check_shapes: Sequence[str] = ("small",)
     # Per-output tolerance override (e.g. a final state kept in float32).
     output_tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    # Per-output dtype an entry() must return, as a torch dtype name; an output not named here is in the
+    # inputs' dtype (gpu_dtype on a GPU, cpu_dtype on the CPU). A state kept in float32 is named here.
+    output_dtypes: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for required in ("bench", "small"):
@@ -92,6 +95,11 @@ class Problem:
 
     def inputs(self, shape: str, seed: int, device: str, dtype: torch.dtype | None = None) -> Inputs:
         return self.make_inputs(self.dims(shape), seed, device, dtype or self.default_dtype(device))
+
+    def dtype_for(self, output_name: str, device: str) -> str:
+        """The dtype (a torch dtype name) `entry()` must return for this output on this device."""
+        name = self.output_dtypes.get(output_name)
+        return name or str(self.default_dtype(device)).removeprefix("torch.")
 
     def tolerance_for(self, output_name: str) -> Tolerance:
         return self.output_tolerances.get(output_name, self.tolerance)

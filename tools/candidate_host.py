@@ -89,9 +89,15 @@ class Host:
         return values
 
     def _outputs(self, raw: Any) -> tuple[Any, ...]:
-        from kernels.spec import as_outputs
-
-        return as_outputs(raw)
+        """Plain tensors only: a Tensor subclass or a tuple subclass could run code (lazy compute) whenever the
+        harness touches it, outside the timed region."""
+        torch = self.torch
+        if type(raw) is torch.Tensor:
+            return (raw,)
+        if type(raw) in (tuple, list) and raw and all(type(v) is torch.Tensor for v in raw):
+            return tuple(raw)
+        kinds = ", ".join(type(v).__name__ for v in raw) if type(raw) in (tuple, list) else type(raw).__name__
+        raise TypeError(f"expected a torch.Tensor or a tuple of them (no subclasses), got {kinds}")
 
     def _send_tensors(self, header: dict[str, Any], tensors: list[Any]) -> None:
         specs, fds = [], []
@@ -142,7 +148,11 @@ class Host:
                                            "message": f"entry() returned the wrong thing: {exc}"}}
         mutated = [i for i, (x, x0) in enumerate(zip(inputs, before))
                    if isinstance(x, torch.Tensor) and not torch.equal(x, x0)]
-        self._send_tensors({"ok": True, "mutated": mutated, "checksums": self.last_checksums}, list(outs))
+        tensors = list(outs)
+        if msg.header.get("return_inputs"):  # for the judge's own comparison with the inputs it made
+            tensors += [x for x in inputs if isinstance(x, torch.Tensor)]
+        self._send_tensors({"ok": True, "mutated": mutated, "checksums": self.last_checksums,
+                            "n_outputs": len(outs)}, tensors)
         return None
 
     def pilot(self, msg: wire.Message) -> dict[str, Any]:

@@ -35,9 +35,9 @@ TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
 TIMING_SETS = 3  # input sets rotated through the same buffers during the timed reps
 OUTPUT_LIMIT_BYTES = 4 << 30
-OUTPUT_DTYPES = ("bfloat16", "float16", "float32")  # every problem's outputs are floating, at most float32
 LOAD_TIMEOUT_S = 300.0  # import + module-level code (a first JIT happens later, in the first call)
 CALL_TIMEOUT_S = 300.0  # one entry() call: the first one JITs (and may autotune)
+RETURN_INPUTS_BELOW_BYTES = 16 << 20  # trials whose inputs are smaller send them back after the call
 STASH_BYTES = 4 << 30  # outputs kept on the candidate's GPU per batch of reps (the H200 has 139 GiB)
 MAX_BATCH = 256
 CHECK_BYTES = 768 << 20  # outputs fetched and compared over a profile's timed reps: about 1 s of transfers
@@ -126,10 +126,13 @@ def _raise_error(header: dict[str, Any]) -> None:
     raise Refusal(cls, message, line)
 
 
-def _receive_outputs(msg: wire.Message, problem: Problem, refs: tuple[Any, ...], per: int | None = None) -> list[Any]:
+def _receive_outputs(msg: wire.Message, problem: Problem, refs: tuple[Any, ...], per: int | None = None,
+                     device: str = "cuda") -> list[Any]:
     """The tensors of a reply, checked against the reference's count, shapes and a dtype whitelist."""
     specs = msg.header.get("tensors")
-    if not isinstance(specs, list) or len(specs) != len(msg.fds):
+    if isinstance(specs, list) and per is None and isinstance(msg.header.get("n_outputs"), int):
+        specs = specs[:msg.header["n_outputs"]]  # the inputs sent back after the outputs are read elsewhere
+    if not isinstance(specs, list) or len(specs) > len(msg.fds):
         raise Refusal("protocol_error", f"the candidate's outputs arrived without their descriptors "
                                         f"({len(specs) if isinstance(specs, list) else 'no'} outputs, {len(msg.fds)} "
                                         f"descriptors; answer keys {sorted(msg.header)[:8]})")
@@ -147,13 +150,29 @@ def _receive_outputs(msg: wire.Message, problem: Problem, refs: tuple[Any, ...],
             raise Refusal("wrong_shape", f"output '{name}' has shape {tuple(spec.get('shape', []))}; "
                                          f"expected {tuple(ref.shape)}")
         dtype = str(spec.get("dtype"))
-        if dtype not in OUTPUT_DTYPES:
-            raise Refusal("wrong_output", f"output '{name}' is {dtype}; outputs are bfloat16, float16 or float32")
+        if dtype != problem.dtype_for(name, device):
+            raise Refusal("wrong_output", f"output '{name}' is {dtype}; the problem asks for "
+                                          f"{problem.dtype_for(name, device)}")
         try:
             out.append(wire.tensor_from_fd(fd, dtype, list(spec["shape"]), OUTPUT_LIMIT_BYTES))
         except wire.WireError as exc:
             raise Refusal("wrong_output", f"output '{name}': {exc}") from None
     return out
+
+
+def _check_inputs_unchanged(msg: wire.Message, inputs: list[Any], n_outputs: int) -> None:
+    specs = msg.header.get("tensors") or []
+    back = list(zip(specs[n_outputs:], msg.fds[n_outputs:]))
+    if len(back) != len(inputs):
+        raise Refusal("protocol_error", "the inputs did not come back after the call")
+    for i, ((spec, fd), x) in enumerate(zip(back, inputs)):
+        try:
+            after = wire.tensor_from_fd(fd, str(spec.get("dtype")), list(spec.get("shape", [])),
+                                        x.numel() * x.element_size())
+        except wire.WireError as exc:
+            raise Refusal("input_mutated", f"entry() changed input #{i}: {exc}") from None
+        if after.dtype != x.dtype or not bool((after.to(x.device) == x).all()):
+            raise Refusal("input_mutated", f"entry() modified its input #{i}: inputs must be left unchanged")
 
 
 def _compare_all(problem: Problem, outs: list[Any], refs: tuple[Any, ...], where: str) -> float:
@@ -288,18 +307,25 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
         inputs = problem.inputs(shape, seed, worker.device)
         refs = as_outputs(problem.reference(*inputs))
         generate = {"problem": problem.name, "shape": shape, "seed": seed}
-        answer = session.request({"op": "call", "generate": generate}, timeout=CALL_TIMEOUT_S)
+        tensors_in = [x for x in inputs if isinstance(x, worker.torch.Tensor)]
+        # Small inputs come back after the call, so that the judge, not the candidate's process, sees a change.
+        return_inputs = sum(x.numel() * x.element_size() for x in tensors_in) <= RETURN_INPUTS_BELOW_BYTES
+        answer = session.request({"op": "call", "generate": generate, "return_inputs": return_inputs},
+                                 timeout=CALL_TIMEOUT_S)
         session.calls += 1
         if answer.header.get("ok") and answer.header.get("checksums") != wire.checksums(inputs):
             # Generated otherwise over there (or claimed so): send this trial's inputs instead.
             answer.close_fds()
             session.notes.append(f"inputs of {shape} (seed {seed}) were sent: the generated ones differed")
             specs, fds = wire.pack_values(inputs)
-            answer = session.request({"op": "call", "inputs": specs}, fds, timeout=CALL_TIMEOUT_S)
+            answer = session.request({"op": "call", "inputs": specs, "return_inputs": return_inputs}, fds,
+                                     timeout=CALL_TIMEOUT_S)
         try:
             if not answer.header.get("ok"):
                 _raise_error(answer.header)
-            outs = _receive_outputs(answer, problem, refs)
+            outs = _receive_outputs(answer, problem, refs, device=worker.device)
+            if return_inputs:
+                _check_inputs_unchanged(answer, tensors_in, len(outs))
         except Refusal as r:
             trials.append({"shape": shape, "seed": seed, "ok": False, "error_class": r.error_class,
                            "error": r.message})

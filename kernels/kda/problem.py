@@ -244,6 +244,7 @@ PROBLEM = Problem(
     reference=reference,
     tolerance=TOLERANCE,
     output_tolerances={"final_state": STATE_TOLERANCE},
+    output_dtypes={"final_state": "float32"},
     flops=flops,
     bytes=bytes_moved,
     output_names=("o", "final_state"),
