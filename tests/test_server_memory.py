@@ -130,7 +130,8 @@ def test_compile_profile_and_the_event_log_tools(served: tuple[Service, Any]) ->
     assert comp["attempt_id"] in [a["id"] for a in out["compiled"].structured_content["attempts"]]
 
     best = out["best"].structured_content
-    assert best["found"] and best["best"]["outcome"] == "correct" and best["best"]["source"] == STARTER
+    # A CPU check is correct but never verified (no timing, no kernel census), so it is no best.
+    assert best["found"] is False and best["best"] is None, best
     assert any(n["tags"] == ["hypothesis"] for n in best["notes"])
 
     whole = out["attempt"].structured_content
@@ -243,8 +244,13 @@ def test_cancelling_a_call_stops_its_job_and_the_heartbeat_never_goes_quiet(serv
 
 
 def test_resources_describe_each_problem_and_the_best_kernel(served: tuple[Service, Any]) -> None:
-    _, app = served
+    service, app = served
     assert not call(app, "profile", {"problem": "softmax", "source": STARTER, "shape": "small"}).is_error
+    # A CPU check is never verified; the best is what a GPU verdict logs, written here as the server would.
+    sha = service.log.put_source(STARTER)
+    service.log.append("attempt", {"problem": "softmax", "shape": "small", "source_sha": sha, "tool": "profile", "outcome": "correct", "device": "NVIDIA H200",
+                                   "median_us": 3.5, "speedup": 1.5, "verified": True,
+                                   "verification": "judge:v1+bounds+census"})
 
     async def body(c: Client) -> dict[str, Any]:
         listed = {str(r.uri) for r in (await c.list_resources()).resources}
@@ -277,6 +283,7 @@ def test_resources_describe_each_problem_and_the_best_kernel(served: tuple[Servi
     assert json.loads(reads["problem://kda/shapes"].text)["name"] == "kda"
     best = reads["best://softmax/small"].text
     assert best.startswith("# best for softmax/small") and best.endswith(STARTER)
+    assert "verified judge:v1+bounds+census" in best
     assert "unknown problem" in got["errors"]["problem://no_such/description"]
     assert "no correct attempt" in got["errors"]["best://mla_decode/small"]
 
