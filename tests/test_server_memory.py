@@ -248,9 +248,9 @@ def test_resources_describe_each_problem_and_the_best_kernel(served: tuple[Servi
     assert not call(app, "profile", {"problem": "softmax", "source": STARTER, "shape": "small"}).is_error
     # A CPU check is never verified; the best is what a GPU verdict logs, written here as the server would.
     sha = service.log.put_source(STARTER)
-    service.log.append("attempt", {"problem": "softmax", "shape": "small", "source_sha": sha, "tool": "profile", "outcome": "correct", "device": "NVIDIA H200",
-                                   "median_us": 3.5, "speedup": 1.5, "verified": True,
-                                   "verification": "judge:v1+bounds+census"})
+    service.log.append("attempt", {"problem": "softmax", "shape": "small", "source_sha": sha, "tool": "profile",
+                                   "outcome": "correct", "device": "NVIDIA H200", "median_us": 3.5, "speedup": 1.5,
+                                   "verified": True, "verification": "judge:v1+bounds+census"})
 
     async def body(c: Client) -> dict[str, Any]:
         listed = {str(r.uri) for r in (await c.list_resources()).resources}
