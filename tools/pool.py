@@ -238,6 +238,8 @@ class WorkerPool:
                     progress(msg)
                 continue
             if isinstance(msg, dict) and msg.get("type") == "result":
+                if msg.get("id") != job["id"]:
+                    continue  # not this job's answer (the worker is trusted; this only guards against our bugs)
                 worker.jobs_done += 1
                 result: dict[str, Any] = msg["result"]
                 if msg.get("fatal"):
