@@ -209,15 +209,15 @@ class Service:
             report.update(ok=False, correct=False, verified=False, error_class="census_failed", speedup=None,
                           error="kernel census: " + str(census.get("reason") or census.get("error") or status))
 
-    @staticmethod
-    def _ncu(problem: str, source: str, shape: str, report: dict[str, Any],
+    def _ncu(self, problem: str, source: str, shape: str, report: dict[str, Any],
              progress: Progress | None) -> dict[str, Any]:
-        """Nsight Compute's kernel time for the same candidate, beside the profile's own median."""
-        from tools.ncu import ncu_metrics
-
+        """Nsight Compute's kernel time for the same candidate, beside the profile's own median. A pool job, so
+        it holds the GPU like any timed job (it must not run beside another client's timing)."""
         if progress is not None:
             progress({"stage": "Nsight Compute", "done": None, "total": None})
-        result = ncu_metrics(problem, source, shape)
+        result = self.pool.run({"op": "ncu_metrics", "problem": problem, "shape": shape, "source": source},
+                               progress=progress)
+        result.pop("worker_s", None)
         if result.get("ok") and result.get("gpu_time_us_per_call"):
             median = report["timing"]["median_us"]
             result["profile_vs_ncu_pct"] = 100.0 * (median - result["gpu_time_us_per_call"]) / \
@@ -228,9 +228,8 @@ class Service:
                  save_dir: Path | None = None, run_id: str | None = None, client: dict[str, Any] | None = None,
                  call_id: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
         """Warp-stall samples per source line (tools.hotspots): a diagnosis, not an attempt; logged as a
-        tool call. The static guard runs first, as for compile and profile."""
-        from tools.hotspots import ncu_hotspots
-
+        tool call. The static guard runs first, as for compile and profile; the Nsight run is a pool job, so it
+        holds the GPU like a timed job."""
         shape = self.resolve(problem, shape)
         intent = self._intent("hotspots", {"problem": problem, "shape": shape, "source": source, "top": top},
                               run_id, client, call_id)
@@ -241,7 +240,9 @@ class Service:
         else:
             if progress is not None:
                 progress({"stage": "Nsight Compute", "done": None, "total": None})
-            report = ncu_hotspots(problem, source, shape, top=top, save_dir=save_dir)
+            report = self.pool.run({"op": "hotspots", "problem": problem, "shape": shape, "source": source,
+                                    "top": top, "save_dir": str(save_dir) if save_dir else None}, progress=progress)
+            report.pop("worker_s", None)  # the pool's bookkeeping, not part of the hotspots report
         report = {"problem": problem, "shape": shape, **report}
         self._result("hotspots", intent, bool(report.get("ok")), report, report.get("error"), run_id)
         return report

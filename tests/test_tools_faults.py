@@ -228,3 +228,70 @@ def test_worker_env_keeps_triton_caches_and_drops_secrets(tmp_path: Path, monkey
     assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
     assert worker_env(None, tmp_path)["TRITON_CACHE_AUTOTUNING"] == "0"  # a user's choice stands
+
+
+OWNER = """
+import sys, threading, time
+from pathlib import Path
+from tools.pool import WorkerPool
+
+pool = WorkerPool(root=Path(sys.argv[1]))
+print(pool.warm()["pid"], flush=True)
+job = {"op": "profile", "problem": "softmax", "shape": "small", "source": sys.argv[2], "timing": False}
+threading.Thread(target=pool.run, args=(job,), kwargs={"timeout": 300}, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_server_takes_its_workers_and_candidates_with_it(tmp_path: Path) -> None:
+    """The pool starts workers in sessions of their own, so a kill of the server's group misses them: the
+    worker notices its parent is gone and ends itself, its zygote and the candidate (here one that hangs)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tools.environment import project_root
+
+    hang = variant(RETURN, "    while True:\n        pass\n" + RETURN)
+    env = {**os.environ, "PYTHONPATH": str(project_root())}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "pool"), hang], stdout=subprocess.PIPE,
+                             text=True, env=env, start_new_session=True)
+    try:
+        assert owner.stdout is not None
+        worker = int(owner.stdout.readline())
+        time.sleep(3)  # the job is running: the candidate hangs in its first call
+        below = [int(p) for p in os.listdir("/proc") if p.isdigit() and _descends_from(int(p), worker)]
+        assert below, "the worker should have a zygote and a candidate below it"
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in [worker, *below]):
+            time.sleep(0.1)
+        assert not [p for p in [worker, *below] if _alive(p)]
+    finally:
+        if owner.poll() is None:
+            os.killpg(owner.pid, signal.SIGKILL)
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(16):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False

@@ -125,7 +125,8 @@ def test_a_candidate_process_is_reaped_with_everything_it_started(tmp_path: Path
             time.sleep(0.01)
         daemon = int(pid_file.read_text())
         os.kill(daemon, 0)  # running, in a session of its own
-        assert "SIGKILL" in sandbox.reap(spawned)
+        status = sandbox.reap(spawned)  # closing its socket may end it first: either way it is gone
+        assert "SIGKILL" in status or "exited with code 0" in status, status
         for pid in (spawned.pid, daemon):
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)

@@ -65,6 +65,7 @@ def worker_env(gpu: int | None, root: Path) -> dict[str, str]:
     env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_CACHE_DIR", str(root / "triton-cache"))
     env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    env["MARATHON_SANDBOX_DIR"] = str(sandbox_dir(root))
     if gpu is None:
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -74,6 +75,15 @@ def worker_env(gpu: int | None, root: Path) -> dict[str, str]:
         ids = parent_visible.split(",") if parent_visible else [str(i) for i in range(gpu + 1)]
         env["CUDA_VISIBLE_DEVICES"] = ids[gpu].strip()
     return env
+
+def sandbox_dir(root: Path) -> Path:
+    """Where this pool's candidate processes work: outside MARATHON_HOME (whose files a candidate must not even
+    reach), one folder per pool root, removed when the pool closes."""
+    import hashlib
+
+    tag = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"marathon-sandbox-{os.geteuid()}" / tag
+
 
 class WorkerProcess:
     """One worker subprocess and its pipes."""
@@ -277,6 +287,7 @@ class WorkerPool:
             if w is not None:
                 w.kill()
                 self._workers[slot] = None
+        shutil.rmtree(sandbox_dir(self.root), ignore_errors=True)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -284,7 +284,15 @@ def _reap(pid: int, ended: dict[int, str]) -> str:
         _collect(ended)
         if pid not in ended:
             time.sleep(0.002)
-    _collect(ended)
+    # Orphans it left reparent here (the subreaper): wait until every one is killed and collected, so none is
+    # running, or even a zombie, when the judge moves on.
+    while time.monotonic() < deadline:
+        _collect(ended)
+        me = os.getpid()
+        if not any(parent == me for parent in _process_parents().values()):
+            break
+        _kill_descendants()
+        time.sleep(0.002)
     for other in [p for p in ended if p != pid]:
         del ended[other]  # the candidate's own children, collected by the subreaper
     return ended.pop(pid, "still running after SIGKILL")

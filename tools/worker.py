@@ -27,10 +27,12 @@ FATAL_CUDA_MARKERS = ("illegal memory access", "illegal address", "device-side a
 
 
 def sandbox_root() -> Path:
-    """Outside MARATHON_HOME (which a candidate's uid must not even traverse), one per worker directory."""
-    base = Path(os.environ.get("MARATHON_SANDBOX_DIR") or tempfile.gettempdir())
+    """The pool's sandbox folder (tools.pool.sandbox_dir), one subfolder per worker; outside MARATHON_HOME."""
+    base = os.environ.get("MARATHON_SANDBOX_DIR")
+    if base:
+        return Path(base) / Path.cwd().name
     tag = hashlib.sha256(str(Path.cwd()).encode()).hexdigest()[:12]
-    return base / f"marathon-sandbox-{os.geteuid()}" / tag
+    return Path(tempfile.gettempdir()) / f"marathon-sandbox-{os.geteuid()}" / tag
 
 
 class Worker:
@@ -61,6 +63,9 @@ class Worker:
                         sms=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 1),
                         driver=telemetry.driver_version(), cuda=torch.version.cuda)
             info["l2_mb"] = round(getattr(props, "L2_cache_size", 0) / 1e6, 1)
+            # Which GPU of several alike: its uuid, and its index as this server's CUDA_VISIBLE_DEVICES names it.
+            info["uuid"] = str(getattr(props, "uuid", "")) or None
+            info["visible_device"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         else:
             info.update(name="cpu (Triton interpreter)", interpreter=os.environ.get("TRITON_INTERPRET") == "1")
         return info
@@ -93,6 +98,16 @@ class Worker:
             from tools.census import run_census
 
             return run_census(self, job)
+        if op == "ncu_metrics":
+            from tools.ncu import ncu_metrics
+
+            return ncu_metrics(job["problem"], job["source"], job.get("shape") or "bench")
+        if op == "hotspots":
+            from tools.hotspots import ncu_hotspots
+
+            save = job.get("save_dir")
+            return ncu_hotspots(job["problem"], job["source"], job.get("shape") or "bench", top=int(job.get("top", 15)),
+                                save_dir=Path(save) if save else None)
         return {"ok": False, "error": f"unknown job op {op!r}", "error_class": "error"}
 
     def ensure_timer(self) -> Any:
@@ -144,6 +159,24 @@ def _preload_for_candidates() -> None:
         pass
 
 
+def _die_with_the_server(sandbox: Any) -> None:
+    """The pool starts each worker in a session of its own, so a kill of the server's process group does not
+    reach it; a job may run for minutes. This thread notices the server is gone (the parent changed) and ends
+    the worker, its zygote and the candidate with it, instead of letting a job run on beside a new server."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                sandbox.close()  # the zygote dies, and its candidates with it (PR_SET_PDEATHSIG)
+                os._exit(4)
+
+    threading.Thread(target=watch, daemon=True, name="server-watch").start()
+
+
 def serve(in_fd: int, out_fd: int) -> int:
     out = os.fdopen(out_fd, "w", buffering=1)
     started = time.perf_counter()
@@ -157,6 +190,7 @@ def serve(in_fd: int, out_fd: int) -> int:
     except BaseException as exc:
         out.write(json.dumps({"type": "fatal", "error": f"worker failed to start: {exc!r}"}) + "\n")
         return 1
+    _die_with_the_server(sandbox)
     worker.send({"type": "ready", "device": worker.device_info, "pid": os.getpid(),
                  "startup_s": round(time.perf_counter() - started, 3)})
     try:
