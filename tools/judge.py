@@ -149,6 +149,8 @@ def _receive_outputs(msg: wire.Message, problem: Problem, refs: tuple[Any, ...],
         if list(spec.get("shape", [])) != list(ref.shape):
             raise Refusal("wrong_shape", f"output '{name}' has shape {tuple(spec.get('shape', []))}; "
                                          f"expected {tuple(ref.shape)}")
+        if spec.get("device") != device:
+            raise Refusal("wrong_output", f"output '{name}' is on {spec.get('device')}; the inputs were on {device}")
         dtype = str(spec.get("dtype"))
         if dtype != problem.dtype_for(name, device):
             raise Refusal("wrong_output", f"output '{name}' is {dtype}; the problem asks for "
