@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from server import text
 
@@ -45,12 +45,35 @@ def stderr_progress(message: dict[str, Any]) -> None:
     print(f"  ... {message.get('stage', '')}{frac}", file=sys.stderr, flush=True)
 
 
-def _read_source(path: str) -> str:
+def _read_source(path: str, problem: str | None = None) -> str:
+    """The candidate file's text, or one line saying why it cannot be one (exit 2, nothing logged)."""
+    from server.service import MAX_SOURCE_BYTES
+
     p = Path(path)
-    if not p.is_file():
-        print(f"marathon: no such file: {path}", file=sys.stderr)
+    about = f" (problem {problem})" if problem else ""
+
+    def refuse(why: str) -> NoReturn:
+        print(f"marathon: {path}{about}: {why}", file=sys.stderr)
         raise SystemExit(2)
-    return p.read_text(encoding="utf-8")
+
+    if p.is_dir():
+        refuse("is a directory; give the candidate's .py file")
+    if not p.exists():
+        refuse("no such file")
+    try:
+        size = p.stat().st_size
+        if size > MAX_SOURCE_BYTES:
+            refuse(f"is {size:,} bytes; a candidate file may hold at most {MAX_SOURCE_BYTES:,}")
+        data = p.read_bytes()
+    except OSError as exc:
+        refuse(f"cannot be read: {exc.strerror or exc}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        refuse(f"is not UTF-8 text (byte {exc.start}); a candidate is a Python source file")
+    if "\x00" in text:
+        refuse("holds NUL bytes; a candidate is a Python source file")
+    return text
 
 
 def _service() -> Any:
@@ -155,7 +178,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
 
 @command("compile", "compile a candidate's kernels for Hopper (sm_90) and report resources")(_compile_args)
 def cmd_compile(args: argparse.Namespace) -> int:
-    source = _read_source(args.file)
+    source = _read_source(args.file, args.problem)
     svc = _service()
     try:
         report = svc.compile(args.problem, source, args.shape, want_asm=args.asm, want_lines=args.lines,
@@ -181,7 +204,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
 
 @command("profile", "check a candidate on fresh inputs and time it against a baseline")(_profile_args)
 def cmd_profile(args: argparse.Namespace) -> int:
-    source = _read_source(args.file)
+    source = _read_source(args.file, args.problem)
     graph = {"auto": None, "on": True, "off": False}[args.graph]
     svc = _service()
     try:
@@ -225,7 +248,7 @@ def _hotspots_args(p: argparse.ArgumentParser) -> None:
 @command("hotspots", "where a candidate's kernels stall, per source line (Nsight Compute's warp-state samples; "
                      "needs a GPU and ncu)")(_hotspots_args)
 def cmd_hotspots(args: argparse.Namespace) -> int:
-    source = _read_source(args.file)
+    source = _read_source(args.file, args.problem)
     svc = _service()
     try:
         report = svc.hotspots(args.problem, source, args.shape, top=args.top, save_dir=args.save,

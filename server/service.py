@@ -27,6 +27,9 @@ Progress = Callable[[dict[str, Any]], None]
 
 
 
+MAX_SOURCE_BYTES = 1 << 20  # a kernel file; the largest in the suite is 60 KB
+
+
 class UnknownInput(ValueError):
     """A request naming a problem, shape or attempt that does not exist: the caller's to fix."""
 
@@ -64,6 +67,16 @@ class Service:
         if shape not in p.shapes:
             raise UnknownInput(f"problem {problem!r} has no shape {shape!r} (valid: {', '.join(p.shapes)})")
         return shape
+
+    @staticmethod
+    def check_source(source: str) -> None:
+        """A candidate is one Python file: refuse what cannot be one before anything is logged or run."""
+        size = len(source.encode("utf-8", "surrogatepass"))
+        if size > MAX_SOURCE_BYTES:
+            raise UnknownInput(f"the candidate source is {size:,} bytes; a candidate file may hold at most "
+                               f"{MAX_SOURCE_BYTES:,}")
+        if "\x00" in source:
+            raise UnknownInput("the candidate source holds NUL bytes: it is not a Python text file")
 
     # -- logging helpers ----------------------------------------------------------------------------
 
@@ -135,6 +148,7 @@ class Service:
     def compile(self, problem: str, source: str, shape: str | None = None, *, want_asm: bool = False,
                 want_lines: bool = False, run_id: str | None = None, client: dict[str, Any] | None = None,
                 call_id: str | None = None) -> dict[str, Any]:
+        self.check_source(source)
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "want_asm": want_asm}
         if want_lines:
@@ -152,6 +166,7 @@ class Service:
                 progress: Progress | None = None, cancel: threading.Event | None = None,
                 graph: bool | None = None, baseline: str | None = None,
                 timeout: float | None = None, ncu: bool = False) -> dict[str, Any]:
+        self.check_source(source)
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "graph": graph, "baseline": baseline}
         if ncu:
@@ -230,6 +245,7 @@ class Service:
         """Warp-stall samples per source line (tools.hotspots): a diagnosis, not an attempt; logged as a
         tool call. The static guard runs first, as for compile and profile; the Nsight run is a pool job, so it
         holds the GPU like a timed job."""
+        self.check_source(source)
         shape = self.resolve(problem, shape)
         intent = self._intent("hotspots", {"problem": problem, "shape": shape, "source": source, "top": top},
                               run_id, client, call_id)

@@ -101,3 +101,27 @@ def test_export_a_run_as_jsonl(marathon_home: Path, tmp_path: Path) -> None:
     assert sources[sha] == "def entry(x): pass\n"
     missing = marathon("export", "nope", home=marathon_home, check=False)
     assert missing.returncode == 2 and "no events" in missing.stderr
+
+
+@pytest.mark.parametrize("kind", ["png", "directory", "huge", "nul", "missing"])
+def test_a_file_that_cannot_be_a_candidate_gets_one_line_and_exit_2(marathon_home: Path, tmp_path: Path,
+                                                                    kind: str) -> None:
+    """Bad input is the caller's to fix: one line naming the file and the problem, exit 2, no traceback, and
+    nothing written to the log."""
+    path = tmp_path / f"candidate_{kind}"
+    if kind == "png":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        path.write_text("# " + "x" * (2 << 20) + "\n")
+    elif kind == "nul":
+        path.write_text("def entry(x):\n    return x\x00\n")
+    for tool in ("compile", "profile"):
+        proc = marathon(tool, str(path), "--problem", "softmax", home=marathon_home, check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, proc.stderr
+        assert len(lines) == 1 and str(path) in lines[0] and "softmax" in lines[0], proc.stderr
+        assert "Traceback" not in proc.stderr
+    log = marathon("log", "--json", home=marathon_home)
+    assert json.loads(log.stdout) == []

@@ -169,6 +169,8 @@ def test_candidate_faults_come_back_as_tool_errors_with_details(
     ("best", {"problem": "softmax", "shape": "huge"}, ["no shape 'huge'"]),
     ("profile", {"problem": "softmax", "source": STARTER, "baseline": "nope"}, ["no baseline 'nope'", "torch"]),
     ("attempt", {"id": 10**9}, ["no attempt with id"]),
+    ("profile", {"problem": "softmax", "source": "#" * (1 << 20) + "\n"}, ["bytes", "at most"]),
+    ("compile", {"problem": "softmax", "source": "def entry(x):\n    return x\x00\n"}, ["NUL"]),
     ("attempts", {"shape": "bench"}, ["shape needs problem"]),
     ("attempts", {"problem": "softmax", "limit": 0}, ["limit"]),
     ("note", {"text": ""}, ["text"]),

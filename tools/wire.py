@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-MAX_HEADER_BYTES = 1 << 20
+MAX_HEADER_BYTES = 4 << 20  # a spawn request carries the candidate's source (at most 1 MiB, escaped)
 MAX_FDS = 64  # per message; more would be dropped by the kernel (MSG_CTRUNC), so senders split
 _LEN = struct.Struct("!I")
 # Output dtypes a candidate may return; anything else is refused before a byte is read.
