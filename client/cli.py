@@ -170,6 +170,9 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
     p.add_argument("--shape", default="bench", help="shape whose launches are compiled (default bench)")
     p.add_argument("--asm", action="store_true", help="include PTX and SASS of every kernel")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds before the compile is stopped (default: MARATHON_JOB_TIMEOUT, else 180 s to "
+                        "capture the launches and 300 s to compile them)")
     p.add_argument("--lines", action="store_true",
                    help="per kernel, its instructions by source line: shared memory, barriers, shuffles, MMAs, "
                         "global and spill traffic")
@@ -182,7 +185,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     svc = _service()
     try:
         report = svc.compile(args.problem, source, args.shape, want_asm=args.asm, want_lines=args.lines,
-                             client={"name": "marathon-cli"})
+                             client={"name": "marathon-cli"}, timeout=args.timeout,
+                             progress=None if args.json else stderr_progress)
     finally:
         svc.close()
     emit(report, args.json, text.compile_text)

@@ -147,7 +147,8 @@ class Service:
 
     def compile(self, problem: str, source: str, shape: str | None = None, *, want_asm: bool = False,
                 want_lines: bool = False, run_id: str | None = None, client: dict[str, Any] | None = None,
-                call_id: str | None = None) -> dict[str, Any]:
+                call_id: str | None = None, timeout: float | None = None,
+                progress: Progress | None = None) -> dict[str, Any]:
         self.check_source(source)
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "want_asm": want_asm}
@@ -155,7 +156,9 @@ class Service:
             args["want_lines"] = True
         intent = self._intent("compile", args, run_id, client, call_id)
         report = compile_candidate(problem, source, shape, want_asm=want_asm, want_lines=want_lines,
-                                   cache_dir=self.cache_dir)
+                                   cache_dir=self.cache_dir, timeout=timeout,
+                                   progress=None if progress is None else
+                                   lambda stage: progress({"stage": stage, "done": None, "total": None}))
         sha = self.log.put_source(source)
         report["attempt_id"] = self._attempt("compile", report, sha, run_id, intent.id)
         self._result("compile", intent, bool(report["ok"]), _without_asm(report), _first_error(report), run_id)

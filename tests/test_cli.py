@@ -125,3 +125,22 @@ def test_a_file_that_cannot_be_a_candidate_gets_one_line_and_exit_2(marathon_hom
         assert "Traceback" not in proc.stderr
     log = marathon("log", "--json", home=marathon_home)
     assert json.loads(log.stdout) == []
+
+
+def test_a_compile_that_hangs_stops_at_its_timeout_with_progress(marathon_home: Path, tmp_path: Path) -> None:
+    """`--timeout` bounds the whole compile; progress lines come while it waits; the log keeps the call."""
+    import time
+
+    source = starter_path("softmax").read_text().replace("    return out\n", "    while True:\n        pass\n", 1)
+    assert source != starter_path("softmax").read_text()
+    path = tmp_path / "hang.py"
+    path.write_text(source)
+    started = time.monotonic()
+    proc = marathon("compile", str(path), "--problem", "softmax", "--shape", "small", "--timeout", "30",
+                    home=marathon_home)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1 and "took longer than" in proc.stdout, proc.stdout + proc.stderr
+    assert "running for" in proc.stderr  # a progress line while it waited
+    assert elapsed < 60
+    events = json.loads(marathon("log", "--json", home=marathon_home).stdout)
+    assert {e["kind"] for e in events} >= {"tool.intent", "tool.result", "attempt"}

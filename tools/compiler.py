@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tools.environment import project_root, scrubbed_env
 TARGET = "cuda:sm_90"
 CAPTURE_TIMEOUT_S = 180.0
 AOT_TIMEOUT_S = 300.0
+PROGRESS_EVERY_S = 5.0
 
 
 def _triton_version() -> str:
@@ -47,8 +49,19 @@ def compile_cache_key(problem: str, shape: str, source: str, want_asm: bool, wan
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def step_timeouts(total: float | None) -> tuple[float, float]:
+    """The capture's and the AOT step's limits: the caller's total split 2:3, else MARATHON_JOB_TIMEOUT split
+    alike, else the defaults."""
+    if total is None and os.environ.get("MARATHON_JOB_TIMEOUT"):
+        total = float(os.environ["MARATHON_JOB_TIMEOUT"])
+    if total is None:
+        return CAPTURE_TIMEOUT_S, AOT_TIMEOUT_S
+    return max(1.0, total * 0.4), max(1.0, total * 0.6)
+
+
 def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: float,
-              interpret: bool, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+              interpret: bool, extra_env: dict[str, str] | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     req = workdir / f"{module.rsplit('.', 1)[-1]}_request.json"
     res = workdir / f"{module.rsplit('.', 1)[-1]}_result.json"
     req.write_text(json.dumps(request))
@@ -65,14 +78,28 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
     else:
         env.pop("TRITON_INTERPRET", None)
     step = module.rsplit(".", 1)[-1]
-    try:
-        proc = subprocess.run([sys.executable, "-m", module, str(req), str(res)], cwd=workdir, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": {"message": f"{step} took longer than {timeout:.0f} s and was stopped",
-                                       "line": None, "error_class": "timeout"}}
+    started = time.monotonic()
+    with tempfile.TemporaryFile(dir=workdir) as err:
+        proc = subprocess.Popen([sys.executable, "-m", module, str(req), str(res)], cwd=workdir, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                waited = time.monotonic() - started
+                if waited >= timeout:
+                    proc.kill()
+                    proc.wait()
+                    return {"ok": False, "error": {"message": f"{step} took longer than {timeout:.0f} s and was "
+                                                              "stopped (a hang?)", "line": None,
+                                                   "error_class": "timeout"}}
+                if progress is not None:
+                    progress(f"compile: {step} running for {waited:.0f} s (limit {timeout:.0f} s)")
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
     if not res.exists():
-        tail = (proc.stderr or "")[-2000:]
+        tail = stderr[-2000:]
         return {"ok": False, "error": {"message": f"{step} process exited with code {proc.returncode} "
                                                   f"without a result: {tail}", "line": None,
                                        "error_class": "crashed"}}
@@ -81,7 +108,8 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
 
 
 def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_asm: bool = False,
-                      want_lines: bool = False, cache_dir: Path | None = None) -> dict[str, Any]:
+                      want_lines: bool = False, cache_dir: Path | None = None, timeout: float | None = None,
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compile every kernel `entry()` launches at `shape`, for sm_90. Never raises for candidate faults.
 
     want_lines: each kernel also reports `lines`, its instructions by source line and kind (shared memory,
@@ -109,19 +137,21 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
                   "errors": [v.to_dict() for v in violations]}
         return _finish(report, cache_file, started)
 
+    capture_limit, aot_limit = step_timeouts(timeout)
     with tempfile.TemporaryDirectory(prefix="marathon-compile-") as tmp:
         workdir = Path(tmp)
         path = write_candidate(source, workdir)
         captured = _run_step("tools.capture", {"candidate_path": str(path), "problem": problem,
-                                               "shape": shape}, workdir, CAPTURE_TIMEOUT_S, interpret=True)
+                                               "shape": shape}, workdir, capture_limit, interpret=True,
+                            progress=progress)
         if not captured.get("ok"):
             err = captured["error"]
             report = {**base, "ok": False, "kernels": [], "error_class": err.get("error_class", "error"),
                       "errors": [{"message": err["message"], "line": err.get("line")}]}
             return _finish(report, cache_file if err.get("error_class") != "timeout" else None, started)
         compiled = _run_step("tools.aot", {"candidate_path": str(path), "launches": captured["launches"],
-                                           "want_asm": want_asm, "want_lines": want_lines}, workdir, AOT_TIMEOUT_S,
-                             interpret=False)
+                                           "want_asm": want_asm, "want_lines": want_lines}, workdir, aot_limit,
+                             interpret=False, progress=progress)
     if "error" in compiled:  # the step itself failed (timeout, crash)
         err = compiled["error"]
         report = {**base, "ok": False, "kernels": [], "error_class": err["error_class"],
