@@ -29,7 +29,7 @@ def test_an_honest_batch_passes() -> None:
 def test_samples_reported_at_a_hundredth_are_caught() -> None:
     batches = [BatchRecord(b.wall_us, [s / 100 for s in b.samples_us]) for b in [honest(300.0, 80.0, 16)] * 4]
     v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=150.0)
-    assert not v.ok and "under-report" in (v.reason or "")
+    assert not v.ok and ("under-report" in (v.reason or "") or "median" in (v.reason or ""))
 
 
 def test_halved_samples_of_a_small_kernel_are_caught() -> None:
@@ -55,3 +55,15 @@ def test_a_slow_answer_to_empty_batches_buys_no_more_than_the_cap() -> None:
     batches = [BatchRecord(b.wall_us + 20000, [s / 3 for s in b.samples_us]) for b in [honest(60.0, 80.0, 32)] * 4]
     v = check_bracket(batches, overhead_us_per_rep=80.0, latency_us=1e9)
     assert not v.ok
+
+
+def test_a_median_pushed_down_while_the_sum_still_fits_is_caught() -> None:
+    """Half the samples at the floor and the rest large enough that their sum accounts for the wall."""
+    forged = []
+    for b in [honest(100.0, 80.0, 64)] * 4:
+        n = len(b.samples_us)
+        low, high = 52.0, (sum(b.samples_us) - 52.0 * (n // 2 + 1)) / (n - n // 2 - 1)
+        forged.append(BatchRecord(b.wall_us, [low] * (n // 2 + 1) + [high] * (n - n // 2 - 1)))
+    assert abs(sum(forged[0].samples_us) - sum(honest(100.0, 80.0, 64).samples_us)) < 1e-6
+    v = check_bracket(forged, overhead_us_per_rep=80.0, latency_us=150.0)
+    assert not v.ok and "median" in (v.reason or "")

@@ -277,7 +277,10 @@ def test_a_killed_server_takes_its_workers_and_candidates_with_it(tmp_path: Path
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(_alive(p) for p in [worker, *below]):
             time.sleep(0.1)
-        assert not [p for p in [worker, *below] if _alive(p)]
+        survivors = [p for p in [worker, *below] if _alive(p)]
+        for p in survivors:  # a failed run must not leave a spinner behind
+            os.kill(p, signal.SIGKILL)
+        assert not survivors
     finally:
         if owner.poll() is None:
             os.killpg(owner.pid, signal.SIGKILL)
@@ -295,3 +298,46 @@ def _descends_from(pid: int, ancestor: int) -> bool:
         if pid <= 1:
             return False
     return False
+
+
+DETACHED_SPINNER = '''
+import os
+
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("daemon.pid", "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            pass
+    os._exit(0)
+'''
+
+
+def test_a_cancelled_job_takes_every_process_the_candidate_detached(tmp_path: Path) -> None:
+    """Cancelling kills the worker (the judge); a spinner the candidate moved into a session of its own, and
+    that outlived its parent, must die with it, or it would slow every later measurement."""
+    import os
+    import threading
+    import time
+
+    from tools.pool import sandbox_dir
+
+    src = DETACHED_SPINNER + variant(RETURN, "    while True:\n        pass\n" + RETURN)
+    root = tmp_path / "pool"
+    cancel = threading.Event()
+    with WorkerPool(root=root) as pool:
+        pool.warm()
+        threading.Timer(4.0, cancel.set).start()
+        r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": src, "timing": False},
+                     timeout=120, cancel=cancel)
+        assert r["error_class"] == "cancelled", r
+        pids = [int(p.read_text()) for p in sandbox_dir(root).glob("*/*/work/daemon.pid") if p.read_text()]
+        assert pids, "the candidate's spinner should have written its pid"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        survivors = [p for p in pids if _alive(p)]
+        for p in survivors:  # a failed run must not leave a spinner behind
+            os.kill(p, 9)
+        assert not survivors

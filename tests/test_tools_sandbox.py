@@ -115,6 +115,7 @@ def test_a_candidate_process_is_reaped_with_everything_it_started(tmp_path: Path
     from tools import wire
 
     sandbox = Sandbox(tmp_path / "sandbox")
+    daemon = None
     try:
         spawned = sandbox.spawn("ab" * 32, DAEMON)
         wire.send(spawned.sock, {"op": "load"})
@@ -132,3 +133,8 @@ def test_a_candidate_process_is_reaped_with_everything_it_started(tmp_path: Path
                 os.kill(pid, 0)
     finally:
         sandbox.close()
+        if daemon is not None:  # a failed run must not leave a spinner behind
+            try:
+                os.kill(daemon, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

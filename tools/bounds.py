@@ -28,7 +28,7 @@ CEILING_MARGIN = 1.25
 LATENCY_JITTER_US = 300.0
 PER_REP_SLACK_US = 2.0
 RELATIVE_SLACK = 0.08
-MAX_LATENCY_US = 5000.0  # an empty batch slower than this is not believed (it would buy slack)
+MAX_LATENCY_US = 1500.0  # an empty batch slower than this is not believed (it would buy slack)
 SKIPPED_SHARE = 0.5  # a rep whose wall is under half of its copies and flush did not do them
 
 
@@ -80,9 +80,11 @@ def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latenc
         return BracketVerdict(False, "no timed batch", 0.0, 0.0, overhead_us_per_rep)
     latency = min(max(latency_us, 0.0), MAX_LATENCY_US)
     per_rep: list[float] = []
+    judged: list[float] = []  # the judge's own figure for a rep of each batch: its wall, less what is not the rep
     for b in batches:
         n = max(1, len(b.samples_us))
         per_rep.append((b.wall_us - latency - sum(b.samples_us)) / n - overhead_us_per_rep)
+        judged.append((b.wall_us - latency) / n - overhead_us_per_rep)
     sizes = [len(b.samples_us) for b in batches]
     median_sample = statistics.median([s for b in batches for s in b.samples_us] or [0.0])
     typical_batch = max(1, int(statistics.median(sizes)))
@@ -90,6 +92,14 @@ def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latenc
     unexplained = statistics.median(per_rep)
     if any(s < 0 for b in batches for s in b.samples_us):
         return BracketVerdict(False, "negative samples were reported", unexplained, allowed, overhead_us_per_rep)
+    # The median is what gets reported, so it is bound too: samples whose sum fits the wall can still put their
+    # median anywhere (half of them tiny, the rest large), but not below the judge's own per-rep figure.
+    below = statistics.median(judged) - median_sample
+    if below > allowed:
+        return BracketVerdict(
+            False, f"the median sample is {below:.1f} us below what the batches' wall time gives a rep (at most "
+            f"{allowed:.1f} us is noise): the samples do not describe the reps that ran",
+            unexplained, allowed, overhead_us_per_rep)
     if unexplained > allowed:
         return BracketVerdict(
             False, f"the reps took {unexplained:.1f} us more each than their samples and overheads account for "

@@ -117,7 +117,8 @@ def _raise_error(header: dict[str, Any]) -> None:
     line = err.get("line") if isinstance(err.get("line"), int) else None
     message = str(err.get("message") or "the candidate raised")[:4000]
     if cls == "needs_gpu":
-        message = (f"entry() launched the Gluon kernel {err.get('kernel')}: Gluon kernels run only on a GPU, and the "
+        message = (f"entry() launched the Gluon kernel {str(err.get('kernel'))[:200]}: Gluon kernels run only on a "
+                   "GPU, and the "
                    "Triton interpreter that checks candidates on this machine cannot execute them. `compile` "
                    "reports their sm_90 resources here; check and time them where a GPU is present.")
     if header.get("fatal"):
@@ -283,6 +284,15 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         extra = dict(r.extra)
         return {**result, **_fail(r.error_class, r.message, r.line, **extra), "candidate_exit": status,
                 "trials": extra.get("trials", result.get("trials")), **session.output()}
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # A reply that passed the wire's checks but not a field's: the candidate's process broke the protocol.
+        status = session.close()
+        return {**result, **_fail("protocol_error", f"the candidate's process sent a malformed answer "
+                                                    f"({type(exc).__name__}: {str(exc)[:300]})"),
+                "candidate_exit": status, **session.output()}
+    except BaseException:
+        session.close()  # nothing it started may outlive the job, whatever went wrong here
+        raise
     t0 = time.perf_counter()
     status = session.close()
     result.update(session.output())
@@ -336,6 +346,8 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
         finally:
             answer.close_fds()
         mutated = answer.header.get("mutated") or []
+        if not isinstance(mutated, list) or not all(isinstance(i, int) for i in mutated):
+            raise Refusal("protocol_error", "the candidate's process sent a malformed answer (mutated)")
         if mutated:
             raise Refusal("input_mutated", f"entry() modified its input #{mutated[0]}: inputs must be left unchanged",
                           trials=trials)
@@ -388,14 +400,22 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                                   "flush_bytes": calib.flush_bytes}, fds_all, timeout=CALL_TIMEOUT_S)
     if not answer.header.get("ok"):
         _raise_error(answer.header)
-    out_specs = answer.header.get("outputs") or []
-    graph = bool(answer.header.get("graph"))
-    out_bytes = sum(math.prod(s.get("shape", [])) * _itemsize(torch, s.get("dtype")) for s in out_specs
-                    if isinstance(s, dict))
-    out_shapes = [(tuple(s["shape"]), getattr(torch, str(s.get("dtype")), torch.float32)) for s in out_specs
-                  if isinstance(s, dict) and isinstance(s.get("shape"), list)]
+    if answer.header.get("graph") is not graph:
+        raise Refusal("protocol_error", "the candidate's process did not take the timing mode the judge chose")
+    # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
+    # candidate's: its claims would set the overhead the bracket subtracts.
+    out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, "cuda")))
+                  for name, r in zip(problem.output_names, refs[0])]
+    claimed = answer.header.get("outputs")
+    if not isinstance(claimed, list) or [(tuple(c.get("shape", ())), c.get("dtype")) if isinstance(c, dict)
+                                         else None for c in claimed] != \
+            [(shape, str(dtype).removeprefix("torch.")) for shape, dtype in out_shapes]:
+        raise Refusal("wrong_output", "the outputs of the timed calls differ in number, shape or dtype from what "
+                                      "the problem asks for")
+    out_bytes = sum(math.prod(shape) * _itemsize(torch, str(dtype).removeprefix("torch."))
+                    for shape, dtype in out_shapes)
     overhead = calib.overhead_us(sets, out_shapes)
-    per_rep_guess = overhead + float(pilot or 50.0)
+    per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
     reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0))))
     per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
@@ -468,6 +488,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         if not answer.header.get("ok"):
             _raise_error(answer.header)
     wall_s = time.perf_counter() - wall_start
+    # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls) if empty_walls else bounds.MAX_LATENCY_US
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
             "latency_us": latency,

@@ -85,6 +85,35 @@ def sandbox_dir(root: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"marathon-sandbox-{os.geteuid()}" / tag
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, by the parent links in /proc (empty where there is no /proc)."""
+    parents: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found.extend(sorted(frontier))
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class WorkerProcess:
     """One worker subprocess and its pipes."""
 
@@ -163,6 +192,14 @@ class WorkerProcess:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
+            # Every process below the worker, whatever session it moved to (a candidate's detached spinner would
+            # otherwise outlive the zygote under init and slow every later baseline): stopped first, so none
+            # forks while the tree is read, then killed.
+            tree = descendants(self.proc.pid)
+            for pid in tree:
+                _signal(pid, signal.SIGSTOP)
+            for pid in [*tree, self.proc.pid]:
+                _signal(pid, signal.SIGKILL)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:

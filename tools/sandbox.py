@@ -84,6 +84,10 @@ class OutputTail:
             return {"output_bytes": self.total, "output_tail": self._tail[-limit:].decode("utf-8", "replace")}
 
 
+class ZygoteLost(RuntimeError):
+    """The zygote stopped answering in step: the worker must be replaced."""
+
+
 @dataclass(frozen=True)
 class Spawned:
     """A candidate process as the judge holds it: its pid, the judge's end of its socket, its output."""
@@ -128,7 +132,7 @@ class Sandbox:
 
     def spawn(self, sha: str, source: str, timeout: float = 30.0) -> Spawned:
         wire.send(self._sock, {"op": "spawn", "sha": sha, "source": source})
-        msg = wire.recv(self._sock, timeout)
+        msg = self._answer(timeout)
         if msg.header.get("error") or len(msg.fds) != 2:
             msg.close_fds()
             raise RuntimeError(f"the zygote could not start a candidate process: {msg.header.get('error')}")
@@ -142,8 +146,15 @@ class Sandbox:
         except OSError:
             pass
         wire.send(self._sock, {"op": "reap", "pid": spawned.pid})
-        msg = wire.recv(self._sock, timeout)
-        return str(msg.header.get("status", "unknown"))
+        return str(self._answer(timeout).header.get("status", "unknown"))
+
+    def _answer(self, timeout: float) -> wire.Message:
+        """The zygote's answer. Any fault here (a late answer would answer the next request) is fatal to the
+        worker: ZygoteLost, which the worker reports and then exits on, to be replaced by the pool."""
+        try:
+            return wire.recv(self._sock, timeout)
+        except wire.WireError as exc:
+            raise ZygoteLost(f"the candidates' zygote did not answer: {exc}") from None
 
     def close(self) -> None:
         try:

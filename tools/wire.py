@@ -100,7 +100,7 @@ def recv(sock: socket.socket, timeout: float) -> Message:
         if length > MAX_HEADER_BYTES:
             raise WireError(f"a header of {length} bytes is over the {MAX_HEADER_BYTES}-byte limit")
         header = json.loads(_recv_exact(sock, length, deadline, fds, want_fds=False))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         _close_all(fds)
         raise WireError(f"malformed header: {exc}") from None
     except BaseException:

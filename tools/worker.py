@@ -204,7 +204,9 @@ def serve(in_fd: int, out_fd: int) -> int:
                 try:
                     result = worker.handle(job)
                 except BaseException as exc:  # a fault of the judge's own: still answer, then be replaced
-                    fatal = worker.context_is_broken(exc)
+                    from tools.sandbox import ZygoteLost
+
+                    fatal = isinstance(exc, ZygoteLost) or worker.context_is_broken(exc)
                     result = {"ok": False, "error_class": "cuda_error" if fatal else "internal_error",
                               "error": f"{type(exc).__name__}: {exc}",
                               "internal": "".join(traceback.format_exception(exc))[-3000:]}
