@@ -6,6 +6,7 @@ Registered with client.cli on import; mcp, torch and the rest load only when the
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -39,6 +40,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         print(load_token().value)
         return 0
+    if hasattr(signal, "SIGPIPE"):
+        # The CLI dies quietly on a closed pipe (`| head`); a server must not: a write to a worker that just died,
+        # or to a client that left, is an error to handle (the pool replaces the worker), not the end.
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if args.http:
         return _serve_http(args)
     from server.transport import claim_stdio
