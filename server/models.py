@@ -172,6 +172,11 @@ class ProfileResult(Open):
     speedup: float | None = Field(None, description="baseline median / candidate median")
     timing_note: str | None = None
     attempt_id: int | None = None
+    verified: bool | None = Field(None, description="true only when the judge vouches for the whole verdict: "
+                                  "checked, timed within the outside bounds and, before a best, censused; "
+                                  "only verified attempts are best or meet a goal")
+    verification: dict[str, Any] | None = Field(None, description="how it was verified: by (judge:v1, +bounds, "
+                                                "+census), checked calls and reps, the floor, the bracket, the census")
 
 
 # -- baseline ----------------------------------------------------------------------------------------
