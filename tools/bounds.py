@@ -28,6 +28,9 @@ CEILING_MARGIN = 1.25
 LATENCY_JITTER_US = 300.0
 PER_REP_SLACK_US = 2.0
 RELATIVE_SLACK = 0.08
+# Under the CPU interpreter the reps are timed by the wall clock of a shared machine (a protocol test, never a
+# figure): only gross under-reporting is meant to show there.
+CPU_RELATIVE_SLACK = 0.5
 MAX_LATENCY_US = 1500.0  # an empty batch slower than this is not believed (it would buy slack)
 SKIPPED_SHARE = 0.5  # a rep whose wall is under half of its copies and flush did not do them
 
@@ -71,7 +74,8 @@ class BracketVerdict:
         return asdict(self)
 
 
-def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latency_us: float) -> BracketVerdict:
+def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latency_us: float,
+                  relative_slack: float = RELATIVE_SLACK) -> BracketVerdict:
     """Whether the reported samples account for the wall time the judge measured around each batch.
 
     `latency_us` is the median wall time of empty batches (nothing to run), capped at MAX_LATENCY_US: a
@@ -88,7 +92,7 @@ def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latenc
     sizes = [len(b.samples_us) for b in batches]
     median_sample = statistics.median([s for b in batches for s in b.samples_us] or [0.0])
     typical_batch = max(1, int(statistics.median(sizes)))
-    allowed = RELATIVE_SLACK * median_sample + PER_REP_SLACK_US + LATENCY_JITTER_US / typical_batch
+    allowed = relative_slack * median_sample + PER_REP_SLACK_US + LATENCY_JITTER_US / typical_batch
     unexplained = statistics.median(per_rep)
     if any(s < 0 for b in batches for s in b.samples_us):
         return BracketVerdict(False, "negative samples were reported", unexplained, allowed, overhead_us_per_rep)

@@ -48,6 +48,20 @@ def _error(exc: BaseException, path: Path, fatal: bool = False) -> dict[str, Any
             "fatal": fatal}
 
 
+class WallEvent:
+    """A CUDA event's interface over the wall clock, for timed reps under the CPU interpreter: those time the
+    protocol (rotation, post-hoc checks, the bracket) in tests, never a kernel."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: WallEvent) -> float:
+        return (end.t - self.t) * 1e3  # milliseconds, as torch.cuda.Event.elapsed_time
+
+
 class Host:
     def __init__(self, sock: socket.socket, path: Path) -> None:
         import torch
@@ -71,6 +85,9 @@ class Host:
     def _sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def _event(self) -> Any:
+        return self.torch.cuda.Event(enable_timing=True) if self.cuda else WallEvent()
 
     def _inputs(self, msg: wire.Message) -> list[Any]:
         """The inputs as sent, or generated here from the judge's seed (the judge generates the same ones for its
@@ -163,14 +180,14 @@ class Host:
             self._sync()
             times = []
             for _ in range(5):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = self._event(), self._event()
                 start.record()
                 self.entry(*inputs)
                 end.record()
-                torch.cuda.synchronize()
+                self._sync()
                 times.append(start.elapsed_time(end) * 1e3)
         except BaseException as exc:
-            return _error(exc, self.path, fatal=_context_lost(torch, exc))
+            return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
         times.sort()
         return {"ok": True, "pilot_us": times[len(times) // 2]}
 
@@ -229,7 +246,7 @@ class Host:
     def batch(self, msg: wire.Message) -> dict[str, Any]:
         torch = self.torch
         order = msg.header.get("order", [])
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in order]
+        events = [(self._event(), self._event()) for _ in order]
         try:
             for j, r in enumerate(order):
                 for buf, val in zip(self.buffers, self.sets[r]):
@@ -245,9 +262,9 @@ class Host:
                     outs = self._outputs(self.entry(*self.buffers))
                 end.record()
                 self._stash_slot(j, outs)
-            torch.cuda.synchronize()
+            self._sync()
         except BaseException as exc:
-            return _error(exc, self.path, fatal=_context_lost(torch, exc))
+            return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
         return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events]}
 
     def fetch(self, msg: wire.Message) -> None:

@@ -236,8 +236,10 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
                                 "; ".join(v.message + (f" (line {v.line})" if v.line else "") for v in violations),
                                 first.line), "violations": [v.to_dict() for v in violations]}
 
-    timed = worker.cuda and job.get("timing", True)
-    baseline, why_not = primary_baseline(problem, job.get("baseline")) if timed else (None, None)
+    # Under the CPU interpreter, `cpu_timing` runs the timed protocol by the wall clock (for its tests): never a
+    # figure of a kernel's speed, never verified, never against a baseline.
+    timed = job.get("timing", True) and (worker.cuda or bool(job.get("cpu_timing")))
+    baseline, why_not = primary_baseline(problem, job.get("baseline")) if timed and worker.cuda else (None, None)
     deadline = time.monotonic() + float(job.get("deadline_s", 590.0))
     plan = check_plan(worker.cuda, problem, shape, timed=bool(timed))
     result: dict[str, Any] = {**base, "shapes_checked": sorted({s for s, _ in plan})}
@@ -367,7 +369,14 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     job: dict[str, Any]) -> dict[str, Any]:
     """Timed reps in the candidate's process, every batch bracketed here and a sample of reps checked here."""
     torch = worker.torch
-    calib = worker.ensure_timer()
+    device = worker.device
+    if worker.cuda:
+        calib = worker.ensure_timer()
+    else:
+        from tools.timing import WallCalibration
+
+        calib = WallCalibration()
+        graph_mode = False  # no graphs off a GPU
     seeds = [secrets.randbits(31) for _ in range(TIMING_SETS + 1)]
     if graph_mode == "auto":
         worker.progress("pilot timing")
@@ -381,7 +390,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         pilot = None
         graph = bool(graph_mode)
 
-    sets = [problem.inputs(shape, s, "cuda") for s in seeds[1:]]
+    sets = [problem.inputs(shape, s, device) for s in seeds[1:]]
     refs = [as_outputs(problem.reference(*inputs)) for inputs in sets]
     worker.progress("timing: capture" if graph else "timing: warm-up")
     set_seeds = [{"problem": problem.name, "shape": shape, "seed": s} for s in seeds[1:]]
@@ -404,7 +413,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         raise Refusal("protocol_error", "the candidate's process did not take the timing mode the judge chose")
     # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
     # candidate's: its claims would set the overhead the bracket subtracts.
-    out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, "cuda")))
+    out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
                   for name, r in zip(problem.output_names, refs[0])]
     claimed = answer.header.get("outputs")
     if not isinstance(claimed, list) or [(tuple(c.get("shape", ())), c.get("dtype")) if isinstance(c, dict)
@@ -417,7 +426,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     overhead = calib.overhead_us(sets, out_shapes)
     per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
-    reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0))))
+    reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0)))) if worker.cuda else 30
     per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
     n_batches = math.ceil(reps / per_batch)
     # How many reps to check in all: every rep where outputs are small, else what the transfer budget allows.
@@ -470,7 +479,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
             part = slots[at:at + chunk]
             fetched = session.request({"op": "fetch", "slots": part}, timeout=CALL_TIMEOUT_S)
             try:
-                outs = _receive_outputs(fetched, problem, refs[0], per=per)
+                outs = _receive_outputs(fetched, problem, refs[0], per=per, device=device)
                 if len(outs) != per * len(part):
                     raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
                 for n, j in enumerate(part):
@@ -522,7 +531,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     ceil = worker.ceilings or {}
     flops, nbytes = problem.flops(dims), problem.bytes(dims)
     floor = bounds.physical_floor(nbytes, flops, ceil)
-    bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"], timing["latency_us"])
+    bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"], timing["latency_us"],
+                                   bounds.RELATIVE_SLACK if worker.cuda else bounds.CPU_RELATIVE_SLACK)
     cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"]}
     median_s = median_us * 1e-6
     achieved = {
@@ -542,11 +552,17 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     speedup = None
     if out_baseline and out_baseline.get("median_us"):
         speedup = out_baseline["median_us"] / median_us if median_us > 0 else None
-    report = {**result, "ok": True, "correct": True, "verified": True, "error_class": None, "error": None,
-              "error_line": None, "max_rel_err": max(result.get("max_rel_err") or 0.0, timing["max_rel_err"]),
+    report = {**result, "ok": True, "correct": True, "verified": bool(worker.cuda), "error_class": None,
+              "error": None, "error_line": None,
+              "max_rel_err": max(result.get("max_rel_err") or 0.0, timing["max_rel_err"]),
               "timing": cand, "baseline": out_baseline, "speedup": speedup, "achieved": achieved,
-              "ceilings": ceil, "telemetry": {"before": worker.telemetry_before, "after": telemetry.snapshot()},
+              "ceilings": ceil, "telemetry": {"before": worker.telemetry_before,
+                                              "after": telemetry.snapshot() if worker.cuda else None},
               "timing_loop": timing["timing_loop"], "verification": verification, "candidate_exit": status}
+    if not worker.cuda:
+        cand["mode"] = "cpu_wall_clock"
+        report["timing_note"] = ("timed by the wall clock under the CPU interpreter, to exercise the timed checks: "
+                                 "not a kernel's speed, never verified")
     if floor is not None and median_us < floor.floor_us:
         report.update(ok=False, correct=False, verified=False, error_class="impossible_timing", speedup=None,
                       error=f"a median of {median_us:.2f} us is below the physical floor of {floor.floor_us:.2f} us "

@@ -174,6 +174,34 @@ class Calibration:
         return statistics.median(times)
 
 
+class WallCalibration:
+    """Calibration's counterpart under the CPU interpreter, by the wall clock: there the timed reps test the
+    protocol (rotation, post-hoc checks, the bracket), never a kernel; the flush is token-sized."""
+
+    flush_bytes = 1 << 20
+
+    def overhead_us(self, sets: list[tuple[Any, ...]], out_specs: list[tuple[tuple[int, ...], Any]],
+                    reps: int = 9) -> float:
+        import torch
+
+        tensors = [[x for x in s if isinstance(x, torch.Tensor)] for s in sets]
+        buffers = [x.clone() for x in tensors[0]]
+        outs = [torch.empty(shape, dtype=dtype) for shape, dtype in out_specs]
+        stash = [torch.empty_like(o) for o in outs]
+        flush = torch.ones(self.flush_bytes // 4, dtype=torch.int32)
+        sink = torch.empty((), dtype=torch.int64)
+        times = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            for b, x in zip(buffers, tensors[i % len(tensors)]):
+                b.copy_(x)
+            torch.sum(flush, dim=0, out=sink)
+            for st, o in zip(stash, outs):
+                st.copy_(o)
+            times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times)
+
+
 def measure_ceilings() -> dict[str, float]:
     """This GPU's copy bandwidth (read + write) and bf16 matmul rate, measured, not from a datasheet."""
     import torch
