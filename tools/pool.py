@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.environment import project_root, scrubbed_env
+from tools.sandbox import descendants
 
 DEFAULT_JOB_TIMEOUT_S = float(os.environ.get("MARATHON_JOB_TIMEOUT", "600"))
 STARTUP_TIMEOUT_S = 180.0
@@ -83,28 +84,6 @@ def sandbox_dir(root: Path) -> Path:
 
     tag = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"marathon-sandbox-{os.geteuid()}" / tag
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, by the parent links in /proc (empty where there is no /proc)."""
-    parents: dict[int, int] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found: list[int] = []
-    frontier = {root}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
-        found.extend(sorted(frontier))
-    return found
 
 
 def _signal(pid: int, sig: int) -> None:

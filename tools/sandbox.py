@@ -184,12 +184,7 @@ def _describe_status(status: int) -> str:
 def _zygote_main(sock: socket.socket, root: Path) -> int:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    for fd in _open_fds():
-        if fd not in (sock.fileno(), 0, 1, 2):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _close_fds_but(sock.fileno(), 0, 1, 2)
     ended: dict[int, str] = {}
     while True:
         try:
@@ -228,6 +223,15 @@ def _zygote_main(sock: socket.socket, root: Path) -> int:
             wire.send(sock, {"status": _reap(int(msg.header["pid"]), ended)})
 
 
+def _close_fds_but(*keep: int) -> None:
+    for fd in _open_fds():
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def _open_fds() -> list[int]:
     try:
         return [int(name) for name in os.listdir("/proc/self/fd")]
@@ -246,7 +250,8 @@ def _collect(ended: dict[int, str]) -> None:
         ended[pid] = _describe_status(status)
 
 
-def _process_parents() -> dict[int, int]:
+def process_parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc (empty where there is none)."""
     parents: dict[int, int] = {}
     try:
         names = os.listdir("/proc")
@@ -262,16 +267,22 @@ def _process_parents() -> dict[int, int]:
     return parents
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below `root` by the parent links, whatever session or group it moved to."""
+    parents = process_parents()
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found.extend(sorted(frontier))
+    return found
+
+
 def _kill_descendants() -> int:
     """SIGKILL every process below the zygote (orphans a candidate left behind reparent here: the subreaper)."""
-    me = os.getpid()
     killed = 0
     for _ in range(5):  # a fork racing the kill shows up in the next sweep
-        parents = _process_parents()
-        below, frontier = set(), {me}
-        while frontier:
-            frontier = {p for p, parent in parents.items() if parent in frontier and p not in below}
-            below |= frontier
+        below = descendants(os.getpid())
         if not below:
             break
         for pid in below:
@@ -300,7 +311,7 @@ def _reap(pid: int, ended: dict[int, str]) -> str:
     while time.monotonic() < deadline:
         _collect(ended)
         me = os.getpid()
-        if not any(parent == me for parent in _process_parents().values()):
+        if not any(parent == me for parent in process_parents().values()):
             break
         _kill_descendants()
         time.sleep(0.002)
@@ -364,12 +375,7 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
     os.setsid()
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
-    for fd in _open_fds():
-        if fd not in (sock.fileno(), 0, 1, 2):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _close_fds_but(sock.fileno(), 0, 1, 2)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
