@@ -15,7 +15,6 @@ become a best attempt (tools' job op "census"), and keeps the answer in the log.
 
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import json
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.environment import project_root, scrubbed_env
+from tools.guard import kernel_names
 from tools.ncu import find_ncu
 
 CENSUS_TIMEOUT_S = 300.0
@@ -37,19 +37,6 @@ COPY_KERNELS = re.compile(r"(FillFunctor|direct_copy_kernel|CatArrayBatchedCopy|
 # Names of library kernels that are plain identifiers too: refused even if a candidate names a function so.
 LIBRARY_MARKERS = re.compile(r"(cublas|cutlass|xmma|nvjet|cudnn|flash|fmha|gemv|gemmk|at::native|void )",
                              re.IGNORECASE)
-
-
-def jit_function_names(source: str) -> set[str]:
-    """Names of the functions the source decorates with a Triton or Gluon jit (read, never run)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef):
-            for d in node.decorator_list:
-                target = d.func if isinstance(d, ast.Call) else d
-                text = ast.unparse(target)
-                if text.endswith(("jit", "autotune", "heuristics")):
-                    names.add(node.name)
-    return names
 
 
 def classify(kernels: dict[str, int], allowed_names: set[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -124,7 +111,7 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         tail = (proc.stderr or proc.stdout)[-1500:]
         return {"ok": False, "status": "failed", "kernels": [],
                 "reason": f"the candidate did not complete its census calls (exit {proc.returncode}): {tail}"}
-    rows, refused = classify(kernels, jit_function_names(source))
+    rows, refused = classify(kernels, kernel_names(source))
     if not any(r["verdict"] == "candidate's Triton kernel" for r in rows):
         return {"ok": False, "status": "refused", "kernels": rows,
                 "reason": "entry() launched none of the candidate's own Triton kernels"}

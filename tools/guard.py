@@ -105,6 +105,7 @@ class _StaticChecker(ast.NodeVisitor):
         # Names bound to Triton's modules (tl, gl for Gluon's language, ...): their calls are not torch compute.
         self.triton_aliases: set[str] = {"tl", "triton", "math", "libdevice"}
         self.in_kernel = 0
+        self.kernels: set[str] = set()  # functions Triton compiles (@triton.jit, @gluon.jit, their wrappers)
 
     def _refuse(self, message: str, node: ast.AST) -> None:
         self.violations.append(Violation(message, getattr(node, "lineno", None)))
@@ -158,6 +159,8 @@ class _StaticChecker(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         kernel = any(self._is_triton_jit(d) for d in node.decorator_list)
+        if kernel:
+            self.kernels.add(node.name)
         self.in_kernel += kernel
         self.generic_visit(node)
         self.in_kernel -= kernel
@@ -203,6 +206,18 @@ def static_check(source: str, filename: str = "<candidate>") -> list[Violation]:
         checker.violations.append(Violation("the candidate defines no top-level function `entry(*inputs)`",
                                             None))
     return checker.violations
+
+
+def kernel_names(source: str) -> set[str]:
+    """Names of the functions the source has Triton (or Gluon) compile, read through the same decorator rules as
+    the static check: what a kernel census may find running under the candidate's own names."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    checker = _StaticChecker()
+    checker.visit(tree)
+    return checker.kernels
 
 
 # ---------------------------------------------------------------------------------------------------

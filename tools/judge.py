@@ -5,9 +5,8 @@ every reference, compares every output, times the baseline, applies the floor an
 the verdict. The candidate itself runs in a fresh sandboxed process per source (tools.sandbox), driven over
 tools.wire: what comes back from it (output tensors, timing samples) is data, read with limits, checked here.
 
-Order of work, so that nothing the candidate leaves running can touch a trusted measurement: the baseline's
-first half is timed before the candidate process exists, its second half after the process and everything
-it started are killed.
+Order of work, so that nothing the candidate leaves running can touch a trusted measurement: the baseline is
+timed after the candidate's process and everything it started are killed.
 
 Without a GPU the checks run under the Triton interpreter at the problem's small check shapes, in the same
 kind of sandboxed process, and the result says plainly that nothing was timed.
@@ -16,6 +15,7 @@ kind of sandboxed process, and the result says plainly that nothing was timed.
 from __future__ import annotations
 
 import math
+import os
 import random
 import secrets
 import socket
@@ -90,8 +90,6 @@ class Session:
         finally:
             for fd in fds or []:
                 try:
-                    import os
-
                     os.close(fd)
                 except OSError:
                     pass
@@ -243,7 +241,6 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + float(job.get("deadline_s", 590.0))
     plan = check_plan(worker.cuda, problem, shape, timed=bool(timed))
     result: dict[str, Any] = {**base, "shapes_checked": sorted({s for s, _ in plan})}
-    baseline_runs: list[dict[str, Any]] = []
     graph_mode = job.get("graph", "auto")
 
     phases: dict[str, float] = {}
@@ -305,8 +302,8 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     out_baseline: dict[str, Any] | None = None
     if baseline is not None and why_not is None:
         worker.progress("timing the baseline")
-        baseline_runs.append(_time_baseline(worker, problem, shape, baseline, session_timing["graph"], job))
-        out_baseline = {"name": baseline.name, **baseline_runs[-1]}
+        out_baseline = {"name": baseline.name,
+                        **_time_baseline(worker, problem, shape, baseline, session_timing["graph"], job)}
     else:
         out_baseline = {"name": getattr(baseline, "name", None), "error": why_not}
     phases["baseline_s"] = round(time.perf_counter() - t0, 4)
@@ -340,6 +337,13 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
             outs = _receive_outputs(answer, problem, refs, device=worker.device)
             if return_inputs:
                 _check_inputs_unchanged(answer, tensors_in, len(outs))
+            mutated = answer.header.get("mutated") or []
+            if not isinstance(mutated, list) or not all(isinstance(i, int) for i in mutated):
+                raise Refusal("protocol_error", "the candidate's process sent a malformed answer (mutated)")
+            if mutated:
+                raise Refusal("input_mutated", f"entry() modified its input #{mutated[0]}: inputs must be left "
+                                               "unchanged")
+            err = _compare_all(problem, outs, refs, f"at shape {shape} (seed {seed})")
         except Refusal as r:
             trials.append({"shape": shape, "seed": seed, "ok": False, "error_class": r.error_class,
                            "error": r.message})
@@ -347,19 +351,6 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
             raise
         finally:
             answer.close_fds()
-        mutated = answer.header.get("mutated") or []
-        if not isinstance(mutated, list) or not all(isinstance(i, int) for i in mutated):
-            raise Refusal("protocol_error", "the candidate's process sent a malformed answer (mutated)")
-        if mutated:
-            raise Refusal("input_mutated", f"entry() modified its input #{mutated[0]}: inputs must be left unchanged",
-                          trials=trials)
-        try:
-            err = _compare_all(problem, outs, refs, f"at shape {shape} (seed {seed})")
-        except Refusal as r:
-            trials.append({"shape": shape, "seed": seed, "ok": False, "error_class": r.error_class,
-                           "error": r.message})
-            r.extra["trials"] = trials
-            raise
         worst = max(worst, err)
         trials.append({"shape": shape, "seed": seed, "ok": True, "max_rel_err": err})
     return worst, trials
@@ -415,14 +406,14 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     # candidate's: its claims would set the overhead the bracket subtracts.
     out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
                   for name, r in zip(problem.output_names, refs[0])]
+    expected = [{"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")} for shape, dtype in out_shapes]
     claimed = answer.header.get("outputs")
-    if not isinstance(claimed, list) or [(tuple(c.get("shape", ())), c.get("dtype")) if isinstance(c, dict)
-                                         else None for c in claimed] != \
-            [(shape, str(dtype).removeprefix("torch.")) for shape, dtype in out_shapes]:
+    if not isinstance(claimed, list) or [{"shape": c.get("shape"), "dtype": c.get("dtype")} if isinstance(c, dict)
+                                         else None for c in claimed] != expected:
         raise Refusal("wrong_output", "the outputs of the timed calls differ in number, shape or dtype from what "
                                       "the problem asks for")
-    out_bytes = sum(math.prod(shape) * _itemsize(torch, str(dtype).removeprefix("torch."))
-                    for shape, dtype in out_shapes)
+    out_bytes = sum(r.numel() * torch.empty((), dtype=dtype).element_size()
+                    for r, (_, dtype) in zip(refs[0], out_shapes))
     overhead = calib.overhead_us(sets, out_shapes)
     per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
@@ -443,14 +434,19 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     wall_start = time.perf_counter()
     done = 0
     step = 0
+
+
+    def empty_batch() -> None:
+        t0 = time.perf_counter()
+        answer = session.request({"op": "batch", "order": []}, timeout=CALL_TIMEOUT_S)
+        empty_walls.append((time.perf_counter() - t0) * 1e6)
+        if not answer.header.get("ok"):
+            _raise_error(answer.header)
+
     while done < reps:
         if step in empty_at:  # an empty batch, at a random place among the real ones
             step += 1
-            t0 = time.perf_counter()
-            answer = session.request({"op": "batch", "order": []}, timeout=CALL_TIMEOUT_S)
-            empty_walls.append((time.perf_counter() - t0) * 1e6)
-            if not answer.header.get("ok"):
-                _raise_error(answer.header)
+            empty_batch()
             continue
         step += 1
         k = min(per_batch, reps - done)
@@ -491,26 +487,15 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         done += k
         worker.progress("timing", done, reps)
     while len(empty_walls) < EMPTY_BATCHES:  # those drawn after the last real batch
-        t0 = time.perf_counter()
-        answer = session.request({"op": "batch", "order": []}, timeout=CALL_TIMEOUT_S)
-        empty_walls.append((time.perf_counter() - t0) * 1e6)
-        if not answer.header.get("ok"):
-            _raise_error(answer.header)
+        empty_batch()
     wall_s = time.perf_counter() - wall_start
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
-    latency = statistics.median(empty_walls) if empty_walls else bounds.MAX_LATENCY_US
+    latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
             "latency_us": latency,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
-
-
-def _itemsize(torch: Any, dtype: Any) -> int:
-    try:
-        return int(torch.empty((), dtype=getattr(torch, str(dtype))).element_size())
-    except (AttributeError, TypeError):
-        return 4
 
 
 def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,

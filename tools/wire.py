@@ -168,15 +168,14 @@ def tensor_from_fd(fd: int, dtype: str, shape: list[int], limit_bytes: int) -> A
         raise WireError("a tensor must arrive as a regular file")
     if st.st_size < nbytes:
         raise WireError(f"the tensor file holds {st.st_size} bytes; {nbytes} expected")
-    out = torch.empty(numel, dtype=torch.uint8 if nbytes else tdtype)
-    if nbytes:
-        with mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-            src = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes)
-            out = torch.empty(nbytes, dtype=torch.uint8)
-            out.copy_(src)
-            del src
-        out = out.view(tdtype)
-    return out.reshape(shape)
+    if not nbytes:
+        return torch.empty(shape, dtype=tdtype)
+    out = torch.empty(nbytes, dtype=torch.uint8)  # a copy: what the sender writes later changes nothing here
+    with mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+        src = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes)
+        out.copy_(src)
+        del src
+    return out.view(tdtype).reshape(shape)
 
 
 def pack_values(values: tuple[Any, ...] | list[Any]) -> tuple[list[dict[str, Any]], list[int]]:

@@ -1,0 +1,53 @@
+"""The kernel census's reading of Nsight Compute's output and its verdict on each kernel (no GPU needed)."""
+
+from __future__ import annotations
+
+from kernels import starter_path
+from tools.census import classify, parse_kernel_names
+from tools.guard import kernel_names
+
+# The shape of `ncu --csv --metrics gpu__time_duration.sum` output, as the H200 printed it (2026-12-01).
+COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
+FILL = "void at::vectorized_elementwise_kernel<4, at::FillFunctor<float>, std::array<char *, 1>>(int, T2, T3)"
+REDUCE = "void at::reduce_kernel<512, 1, at::ReduceOp<float, at::func_wrapper_t<float>>>(T3)"
+
+
+def _row(i: int, kernel: str, ns: str) -> str:
+    values = (str(i), "602", "python3.12", "127.0.0.1", kernel, "1", "7", "(128, 1, 1)", "(1024, 1, 1)", "0", "9.0",
+              "Command line profiler metrics", "gpu__time_duration.sum", "ns", ns)
+    return ",".join(f'"{v}"' for v in values)
+
+
+CSV = "\n".join(["==PROF== Connected to process 602 (/usr/bin/python3.12)", ",".join(f'"{c}"' for c in COLUMNS),
+                 _row(0, FILL, "3,104"), _row(1, "softmax_row_kernel", "3,872"),
+                 _row(2, "softmax_row_kernel", "4,032"), _row(3, REDUCE, "7,616")]) + "\n"
+
+
+def test_kernels_are_counted_by_launch() -> None:
+    counts = parse_kernel_names(CSV)
+    assert counts["softmax_row_kernel"] == 2 and len(counts) == 3
+
+
+def test_own_triton_kernels_and_fills_pass_torch_compute_is_refused() -> None:
+    names = kernel_names(starter_path("softmax").read_text())
+    assert names == {"softmax_row_kernel"}
+    rows, refused = classify(parse_kernel_names(CSV), names)
+    verdicts = {r["name"].split("<")[0]: r["verdict"] for r in rows}
+    assert verdicts["softmax_row_kernel"] == "candidate's Triton kernel"
+    assert verdicts["void at::vectorized_elementwise_kernel"] == "copy or fill"
+    assert refused == [n for n in parse_kernel_names(CSV) if "reduce_kernel" in n]
+
+
+def test_a_library_kernel_under_a_name_the_candidate_defined_is_still_refused() -> None:
+    """A candidate may name a dummy @triton.jit function like cuBLAS's kernel; the name alone does not pass."""
+    lib = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_execute_kernel__5x_cublas"
+    source = f"import triton\n\n\n@triton.jit\ndef {lib}():\n    pass\n\n\ndef entry(x):\n    return x\n"
+    assert kernel_names(source) == {lib}
+    _, refused = classify({lib: 1}, kernel_names(source))
+    assert refused == [lib]
+
+
+def test_a_function_decorated_by_something_other_than_triton_is_not_a_kernel() -> None:
+    source = "import torch\n\n\n@torch.jit.script\ndef fake(x):\n    return x\n\n\ndef entry(x):\n    return x\n"
+    assert kernel_names(source) == set()
