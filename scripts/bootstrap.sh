@@ -10,4 +10,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch first, pinned: CPU machines get the CPU build, so the project's `torch` requirement pulls nothing more.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev,plot]"
+.venv/bin/python -m pip install -q -e ".[dev]"
