@@ -155,6 +155,8 @@ class Timing(Open):
 class BaselineTiming(Open):
     name: str | None = None
     median_us: float | None = None
+    age_s: float | None = Field(None, description="seconds since this worker timed the baseline (re-used while "
+                                                  "fresh; 0 when timed for this profile)")
     error: str | None = None
 
 

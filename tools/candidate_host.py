@@ -10,11 +10,12 @@ Requests (tools.wire frames):
 - call: entry(*inputs) under the guard, on inputs sent or generated here from the judge's seed; the outputs
   go back;
 - pilot: a rough eager time per call (it only picks the timing mode);
-- time_setup / batch / fetch / done: the timed reps. Input sets are rotated in place through the same buffers,
-  an L2 flush, CUDA events around each call (a graph replay, or entry() itself), each rep's outputs copied to a
-  stash slot; the judge picks which slots to check only after the batch has run, so a rep cannot know whether
-  it will be checked. Timed reps run without the guard (its host overhead would land in the timed region);
-  so does the judge's kernel census, so both see the candidate as it runs when timed.
+- time_setup / batch / fetch / done: the timed reps. Each rep regenerates its inputs from a seed of the judge's
+  into the same buffers (values never seen before, so no output can be cached), an L2 flush, CUDA events around
+  each call (a graph replay, or entry() itself), each rep's outputs copied to a stash slot; the judge picks
+  which slots to check only after the batch has run, so a rep cannot know whether it will be checked. Timed
+  reps run without the guard (its host overhead would land in the timed region); so does the judge's kernel
+  census, so both see the candidate as it runs when timed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
+from tools.timing import fill_buffers, flush_buffers, l2_flush
 
 REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
@@ -72,12 +74,13 @@ class Host:
         self.cuda = os.environ.get("TRITON_INTERPRET") != "1"
         self.device = "cuda" if self.cuda else "cpu"
         self.entry: Any = None
-        self.sets: list[list[Any]] = []
+        self.rep_recipe: tuple[str, str] = ("", "")
         self.buffers: list[Any] = []
         self.graph: Any = None
         self.graph_outputs: tuple[Any, ...] = ()
         self.stash: list[tuple[Any, ...]] = []
         self.flush_buf: Any = None
+        self.flush_sink: Any = None
         self.last_checksums: list[Any] | None = None
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -150,8 +153,11 @@ class Host:
     def call(self, msg: wire.Message) -> dict[str, Any] | None:
         torch = self.torch
         self.last_checksums = None
+        t0 = time.perf_counter()
         inputs = self._inputs(msg)
         before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        self._sync()
+        t1 = time.perf_counter()
         try:
             with self._cpu_gluon(), self._guarded():
                 raw = self.entry(*inputs)
@@ -168,8 +174,10 @@ class Host:
         tensors = list(outs)
         if msg.header.get("return_inputs"):  # for the judge's own comparison with the inputs it made
             tensors += [x for x in inputs if isinstance(x, torch.Tensor)]
+        # Where a call's time went, as this process saw it: a diagnostic for the report, never a figure.
+        times = {"inputs_s": round(t1 - t0, 4), "entry_s": round(time.perf_counter() - t1, 4)}
         self._send_tensors({"ok": True, "mutated": mutated, "checksums": self.last_checksums,
-                            "n_outputs": len(outs)}, tensors)
+                            "n_outputs": len(outs), "times": times}, tensors)
         return None
 
     def pilot(self, msg: wire.Message) -> dict[str, Any]:
@@ -192,22 +200,19 @@ class Host:
         return {"ok": True, "pilot_us": times[len(times) // 2]}
 
     def time_setup(self, msg: wire.Message) -> dict[str, Any]:
+        """The buffers every timed rep works in, filled from the judge's first seed, warmed up and (when asked)
+        captured as a graph; the L2 flush; and the recipe each rep regenerates its inputs with."""
         torch = self.torch
-        generate = msg.header.get("generate_sets")
-        set_checksums = None
-        if isinstance(generate, list):
-            self.sets = [self._generate(g) for g in generate]
-            set_checksums = [wire.checksums(values) for values in self.sets]
+        generate = msg.header.get("generate")
+        setup_checksums = None
+        if isinstance(generate, dict):
+            values = self._generate(generate)
+            setup_checksums = self.last_checksums
+            self.rep_recipe = (str(generate["problem"]), str(generate["shape"]))
         else:
-            groups = msg.header.get("sets", [])
-            values = wire.unpack_values([s for g in groups for s in g], msg.fds, INPUT_LIMIT_BYTES)
-            width = len(groups[0]) if groups else 0
-            self.sets = [[v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values[i:i + width]]
-                         for i in range(0, len(values), width)]
-        self.buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in self.sets[0]]
-        self.flush_buf = torch.ones(int(msg.header.get("flush_bytes", FLUSH_BYTES)) // 4, dtype=torch.int32,
-                                    device=self.device)
-        self.flush_sink = torch.empty((), dtype=torch.int64, device=self.device)
+            values = self._inputs(msg)
+        self.buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+        self.flush_buf, self.flush_sink = self._flush_buffers(int(msg.header.get("flush_bytes", FLUSH_BYTES)))
         self.stash = []
         self.graph = None
         try:
@@ -232,7 +237,12 @@ class Host:
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
         return {"ok": True, "graph": self.graph is not None, "outputs": [wire.tensor_spec(o) for o in outs],
-                "checksums": set_checksums}
+                "checksums": setup_checksums}
+
+    def _flush_buffers(self, nbytes: int) -> tuple[Any, Any]:
+        if self.cuda:
+            return flush_buffers(nbytes, self.device)
+        return flush_buffers(nbytes, "cpu")
 
     def _stash_slot(self, j: int, outs: tuple[Any, ...]) -> None:
         while len(self.stash) <= j:
@@ -244,15 +254,19 @@ class Host:
             s.copy_(o)
 
     def batch(self, msg: wire.Message) -> dict[str, Any]:
+        """Timed reps, one per seed: fresh inputs from the seed written into the buffers, the L2 flush, the call
+        between two events, its outputs stashed. Every rep's values are new, so no output can be cached."""
+        from kernels import get_problem
+
         torch = self.torch
-        order = msg.header.get("order", [])
-        events = [(self._event(), self._event()) for _ in order]
+        seeds = [int(x) for x in msg.header.get("seeds", [])]
+        events = [(self._event(), self._event()) for _ in seeds]
         try:
-            for j, r in enumerate(order):
-                for buf, val in zip(self.buffers, self.sets[r]):
-                    if isinstance(buf, torch.Tensor):
-                        buf.copy_(val)
-                torch.sum(self.flush_buf, dim=0, out=self.flush_sink)
+            problem_name, shape = self.rep_recipe
+            problem = get_problem(problem_name)
+            for j, seed in enumerate(seeds):
+                fill_buffers(self.buffers, problem.inputs(shape, seed, self.device))
+                l2_flush(self.flush_buf, self.flush_sink)
                 start, end = events[j]
                 start.record()
                 if self.graph is not None:

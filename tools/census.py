@@ -19,15 +19,18 @@ import csv
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from tools.candidate import source_sha
 from tools.environment import project_root, scrubbed_env
 from tools.guard import kernel_names
 from tools.ncu import find_ncu
+from tools.sandbox import triton_cache_of
 
 CENSUS_TIMEOUT_S = 300.0
 CALLS = 2
@@ -91,6 +94,11 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         work = Path(tmp)
         torch.save([x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs], work / "inputs.pt")
         (work / "candidate.py").write_text(source, encoding="utf-8")
+        # The kernels this source compiled in its profile: copied, not shared, since the target may only write
+        # to its own folder, and recompiling them is most of a census's time.
+        compiled = triton_cache_of(worker.sandbox.root, source_sha(source))
+        if compiled.is_dir():
+            shutil.copytree(compiled, work / "triton-cache", dirs_exist_ok=True)
         spec = work / "spec.json"
         spec.write_text(json.dumps({"workdir": str(work)}))
         env = scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),

@@ -320,6 +320,11 @@ def _reap(pid: int, ended: dict[int, str]) -> str:
     return ended.pop(pid, "still running after SIGKILL")
 
 
+def triton_cache_of(root: Path, sha: str) -> Path:
+    """The Triton cache that the processes of one source (sha) share, under a sandbox root."""
+    return root / sha[:16] / "triton-cache"
+
+
 def _source_dir(root: Path, sha: str) -> Path:
     """`root/<sha16>/`: `work/` emptied for each process, `triton-cache/` kept for the same source."""
     folder = root / sha[:16]

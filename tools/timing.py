@@ -45,6 +45,40 @@ def summarize(samples_us: list[float]) -> dict[str, Any]:
     }
 
 
+def flush_buffers(flush_bytes: int, device: str = "cuda") -> tuple[Any, Any]:
+    """The buffer an L2 flush reads and the scalar it reduces into (float32: torch's float reduction streams
+    at close to DRAM bandwidth, its int32-to-int64 one at a sixth of it, measured on the H200)."""
+    import torch
+
+    return (torch.ones(flush_bytes // 4, dtype=torch.float32, device=device),
+            torch.empty((), dtype=torch.float32, device=device))
+
+
+def l2_flush(buf: Any, sink: Any) -> None:
+    """Evict the L2 by streaming `buf` through it.
+
+    Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back could land inside the next
+    timed call. Measured on the H200 both give the same median (BENCHMARKS.md, "Agreement with Nsight
+    Compute"); reading is the variant with nothing left to doubt. The judge's calibration and the candidate's
+    timed reps call this same function, so the overhead the bracket subtracts is the one the reps ran.
+    """
+    import torch
+
+    if FLUSH_BY_WRITE:
+        buf.zero_()
+    else:
+        torch.sum(buf, dim=0, out=sink)
+
+
+def fill_buffers(buffers: list[Any], values: Any) -> None:
+    """Write a rep's fresh input values into the buffers every rep works in (a graph captured them)."""
+    import torch
+
+    for buf, val in zip(buffers, values):
+        if isinstance(buf, torch.Tensor):
+            buf.copy_(val)
+
+
 class Timer:
     """Times several callables against each other on the current CUDA device.
 
@@ -56,17 +90,10 @@ class Timer:
         import torch
 
         self.torch = torch
-        self.flush_buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device=device)
-        self.flush_sink = torch.empty((), dtype=torch.int64, device=device)
+        self.flush_buf, self.flush_sink = flush_buffers(flush_bytes, device)
 
     def _flush(self) -> None:
-        # Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back could land
-        # inside the next timed call. Measured on the H200 both give the same median (BENCHMARKS.md,
-        # "Agreement with Nsight Compute"); reading is the variant with nothing left to doubt.
-        if FLUSH_BY_WRITE:
-            self.flush_buf.zero_()
-        else:
-            self.torch.sum(self.flush_buf, dim=0, out=self.flush_sink)
+        l2_flush(self.flush_buf, self.flush_sink)
 
     def pilot_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
         """A rough eager time per call, after one warm-up call (JIT and autotune happen there)."""
@@ -140,62 +167,63 @@ class Timer:
 
 
 class Calibration:
-    """The judge's own instruments: a Timer for baselines and the GPU time of a rep's untimed work.
+    """The judge's own instruments: a Timer for baselines and the GPU time of a timed rep's untimed work.
 
-    The rep's untimed work (copying the next input set into the buffers, the L2 flush, copying the outputs to
-    the stash) is what the bracket (tools.bounds) subtracts from the wall time around a batch; it is measured
-    here, in a process where candidate code never ran, with the same tensors' shapes and dtypes.
+    A rep's untimed work (regenerating its inputs from a seed into the buffers, the L2 flush, the two events,
+    copying the outputs to the stash) is what the bracket (tools.bounds) subtracts from the wall time around a
+    batch. It is measured here, in a process where candidate code never ran, by the same sequence the
+    candidate's reps run (tools.candidate_host.Host.batch), with the call left out: events around the whole
+    loop, less what the inner events enclose, so that the gaps between its operations count as they do there.
     """
 
     def __init__(self, flush_bytes: int = L2_FLUSH_BYTES) -> None:
         self.flush_bytes = flush_bytes
         self.timer = Timer(flush_bytes=flush_bytes)
 
-    def overhead_us(self, sets: list[tuple[Any, ...]], out_specs: list[tuple[tuple[int, ...], Any]],
-                    reps: int = 15) -> float:
+    def overhead_us(self, generate: Callable[[int], Any], out_specs: list[tuple[tuple[int, ...], Any]],
+                    reps: int = 16) -> float:
         torch = self.timer.torch
-        tensors = [[x for x in s if isinstance(x, torch.Tensor)] for s in sets]
-        buffers = [x.clone() for x in tensors[0]]
+        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in generate(0)]
         outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
         stash = [torch.empty_like(o) for o in outs]
-        times = []
-        for i in range(reps + 2):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for b, x in zip(buffers, tensors[i % len(tensors)]):
-                b.copy_(x)
-            self.timer._flush()
-            for s, o in zip(stash, outs):
-                s.copy_(o)
-            end.record()
+        inner = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        outer = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for warm in (True, False):
+            n = 2 if warm else reps
             torch.cuda.synchronize()
-            if i >= 2:
-                times.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(times)
+            outer[0].record()
+            for i in range(n):
+                fill_buffers(buffers, generate(i + 1))
+                self.timer._flush()
+                inner[i][0].record()
+                inner[i][1].record()
+                for st, o in zip(stash, outs):
+                    st.copy_(o)
+            outer[1].record()
+            torch.cuda.synchronize()
+        total_us = outer[0].elapsed_time(outer[1]) * 1e3
+        return max(0.0, (total_us - sum(s.elapsed_time(e) * 1e3 for s, e in inner)) / reps)
 
 
 class WallCalibration:
     """Calibration's counterpart under the CPU interpreter, by the wall clock: there the timed reps test the
-    protocol (rotation, post-hoc checks, the bracket), never a kernel; the flush is token-sized."""
+    protocol (fresh inputs per rep, post-hoc checks, the bracket), never a kernel; the flush is token-sized."""
 
     flush_bytes = 1 << 20
 
-    def overhead_us(self, sets: list[tuple[Any, ...]], out_specs: list[tuple[tuple[int, ...], Any]],
+    def overhead_us(self, generate: Callable[[int], Any], out_specs: list[tuple[tuple[int, ...], Any]],
                     reps: int = 9) -> float:
         import torch
 
-        tensors = [[x for x in s if isinstance(x, torch.Tensor)] for s in sets]
-        buffers = [x.clone() for x in tensors[0]]
+        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in generate(0)]
         outs = [torch.empty(shape, dtype=dtype) for shape, dtype in out_specs]
         stash = [torch.empty_like(o) for o in outs]
-        flush = torch.ones(self.flush_bytes // 4, dtype=torch.int32)
-        sink = torch.empty((), dtype=torch.int64)
+        flush, sink = flush_buffers(self.flush_bytes, "cpu")
         times = []
         for i in range(reps):
             t0 = time.perf_counter()
-            for b, x in zip(buffers, tensors[i % len(tensors)]):
-                b.copy_(x)
-            torch.sum(flush, dim=0, out=sink)
+            fill_buffers(buffers, generate(i + 1))
+            l2_flush(flush, sink)
             for st, o in zip(stash, outs):
                 st.copy_(o)
             times.append((time.perf_counter() - t0) * 1e6)

@@ -49,6 +49,8 @@ class Worker:
         self.ceilings: dict[str, float] | None = None
         self.calibration: Any = None
         self.telemetry_before: Any = None
+        # Baseline timings of this worker (tools.judge.timed_baseline): trusted code, re-timed when stale.
+        self.baselines: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
         self.device_info = self._device_info(telemetry)
 
     def _device_info(self, telemetry: Any) -> dict[str, Any]:
