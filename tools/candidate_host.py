@@ -30,7 +30,7 @@ from typing import Any
 
 from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
-from tools.timing import fill_buffers, flush_buffers, l2_flush
+from tools.timing import flush_buffers, l2_flush
 
 REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
@@ -265,7 +265,7 @@ class Host:
             problem_name, shape = self.rep_recipe
             problem = get_problem(problem_name)
             for j, seed in enumerate(seeds):
-                fill_buffers(self.buffers, problem.inputs(shape, seed, self.device))
+                problem.refill(self.buffers, shape, seed)
                 l2_flush(self.flush_buf, self.flush_sink)
                 start, end = events[j]
                 start.record()

@@ -426,11 +426,17 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                                       "the problem asks for")
     out_bytes = sum(r.numel() * torch.empty((), dtype=dtype).element_size()
                     for r, (_, dtype) in zip(setup_refs, out_shapes))
-    overhead = calib.overhead_us(lambda i: problem.inputs(shape, secrets.randbits(31), device), out_shapes)
-    per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
+    per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
+
+    def calibrate() -> float:
+        return calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
+                                 setup_inputs, out_shapes, slots=per_batch)
+
+    overheads = [calibrate()]
+    per_rep_guess = overheads[0] + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot)
+                                    else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
     reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0)))) if worker.cuda else 30
-    per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
     n_batches = math.ceil(reps / per_batch)
     # How many reps to check in all: every rep where outputs are small, else what the transfer budget allows,
     # and no more references than REFERENCE_BUDGET_S buys (KDA's recurrent one is slow at bench).
@@ -494,7 +500,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
                 for n, j in enumerate(part):
                     where = f"of timed rep {done + j + 1} (a {'graph replay' if graph else 'call'})"
-                    refs = as_outputs(problem.reference(*problem.inputs(shape, seeds[j], device)))
+                    rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]
+                    problem.refill(rep_inputs, shape, seeds[j])
+                    refs = as_outputs(problem.reference(*rep_inputs))
                     worst = max(worst, _compare_all(problem, outs[n * per:(n + 1) * per], refs, where))
                     checked += 1
             finally:
@@ -504,6 +512,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     while len(empty_walls) < EMPTY_BATCHES:  # those drawn after the last real batch
         empty_batch()
     wall_s = time.perf_counter() - wall_start
+    # Calibrated again after the loop, and the two averaged: the GPU's clocks move over a profile.
+    overheads.append(calibrate())
+    overhead = statistics.fmean(overheads)
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,

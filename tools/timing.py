@@ -70,15 +70,6 @@ def l2_flush(buf: Any, sink: Any) -> None:
         torch.sum(buf, dim=0, out=sink)
 
 
-def fill_buffers(buffers: list[Any], values: Any) -> None:
-    """Write a rep's fresh input values into the buffers every rep works in (a graph captured them)."""
-    import torch
-
-    for buf, val in zip(buffers, values):
-        if isinstance(buf, torch.Tensor):
-            buf.copy_(val)
-
-
 class Timer:
     """Times several callables against each other on the current CUDA device.
 
@@ -180,12 +171,14 @@ class Calibration:
         self.flush_bytes = flush_bytes
         self.timer = Timer(flush_bytes=flush_bytes)
 
-    def overhead_us(self, generate: Callable[[int], Any], out_specs: list[tuple[tuple[int, ...], Any]],
-                    reps: int = 16) -> float:
+    def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
+                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, reps: int = 16) -> float:
+        """GPU microseconds per rep outside its two events: `refill(buffers, seed)` as the reps regenerate
+        their inputs, the flush, and the copy of the outputs to the next of `slots` stash slots."""
         torch = self.timer.torch
-        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in generate(0)]
+        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
-        stash = [torch.empty_like(o) for o in outs]
+        stash = [[torch.empty_like(o) for o in outs] for _ in range(max(1, min(slots, reps)))]
         inner = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         outer = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for warm in (True, False):
@@ -193,11 +186,11 @@ class Calibration:
             torch.cuda.synchronize()
             outer[0].record()
             for i in range(n):
-                fill_buffers(buffers, generate(i + 1))
+                refill(buffers, i)
                 self.timer._flush()
                 inner[i][0].record()
                 inner[i][1].record()
-                for st, o in zip(stash, outs):
+                for st, o in zip(stash[i % len(stash)], outs):
                     st.copy_(o)
             outer[1].record()
             torch.cuda.synchronize()
@@ -211,18 +204,18 @@ class WallCalibration:
 
     flush_bytes = 1 << 20
 
-    def overhead_us(self, generate: Callable[[int], Any], out_specs: list[tuple[tuple[int, ...], Any]],
-                    reps: int = 9) -> float:
+    def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
+                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, reps: int = 9) -> float:
         import torch
 
-        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in generate(0)]
+        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.empty(shape, dtype=dtype) for shape, dtype in out_specs]
         stash = [torch.empty_like(o) for o in outs]
         flush, sink = flush_buffers(self.flush_bytes, "cpu")
         times = []
         for i in range(reps):
             t0 = time.perf_counter()
-            fill_buffers(buffers, generate(i + 1))
+            refill(buffers, i)
             l2_flush(flush, sink)
             for st, o in zip(stash, outs):
                 st.copy_(o)

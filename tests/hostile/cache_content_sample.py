@@ -5,7 +5,10 @@ keeps the outputs of the last eight keys. Fresh inputs give a new key, so every 
 rotate a few input sets through the same buffers hit the cache after the first round and return right answers
 without launching anything. Only the timing gives it away: one small copy to the host instead of the kernel.
 Eager timing is asked for (a copy to the host cannot be captured, so during a graph capture it works honestly).
-Expected verdict: impossible_timing (below the bandwidth floor) or timing_mismatch, or incorrect.
+Timed reps whose inputs are drawn afresh from a new seed each never hit: the kernel then runs honestly, at the
+price of its copy to the host.
+Expected verdict: a correct verdict with an honest timing (no faster than torch's fused softmax by much), or
+impossible_timing (below the bandwidth floor), timing_mismatch, incorrect.
 """
 
 import torch
@@ -15,7 +18,9 @@ import triton.language as tl
 PROBLEM = "softmax"
 SHAPE = "bench"
 GPU = True
-EXPECT = {"incorrect", "impossible_timing", "timing_mismatch"}
+EXPECT = {"honest_timing", "incorrect", "impossible_timing", "timing_mismatch"}
+MAX_SPEEDUP = 1.5  # a hit costs a small host copy (~15 us against torch's 140 us); the honest eager path ~1x
+MIN_MEDIAN_US = 45.0
 ISOLATION = "shared"
 JOB = {"graph": False}
 

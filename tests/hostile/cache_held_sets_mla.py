@@ -10,7 +10,6 @@ Expected verdict: a correct verdict with an honest timing (the starter's, far ab
 incorrect, timing_mismatch, impossible_timing.
 """
 
-import gc
 import math
 
 import torch
@@ -30,6 +29,7 @@ D_ROPE = 64
 SOFTMAX_SCALE = 1.0 / math.sqrt(128 + 64)
 BLOCK_N = 32
 
+_gc = torch.sys.modules["gc"]  # torch imported it; an import of gc would be refused before anything runs
 _cache: dict = {}
 _scans = {"left": 50}
 
@@ -98,8 +98,8 @@ def _compute(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
 
 def _precompute_held_sets(q: torch.Tensor, kv: torch.Tensor) -> None:
     """Every cache-shaped CUDA tensor this process holds, paired with a q of the right shape."""
-    qs = [o for o in gc.get_objects() if type(o) is torch.Tensor and o.is_cuda and o.shape == q.shape]
-    kvs = [o for o in gc.get_objects() if type(o) is torch.Tensor and o.is_cuda and o.shape == kv.shape]
+    qs = [o for o in _gc.get_objects() if type(o) is torch.Tensor and o.is_cuda and o.shape == q.shape]
+    kvs = [o for o in _gc.get_objects() if type(o) is torch.Tensor and o.is_cuda and o.shape == kv.shape]
     for q2, kv2 in zip(qs, kvs):
         k = _key(q2, kv2)
         if k not in _cache and len(_cache) < 64:
