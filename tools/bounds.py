@@ -8,8 +8,8 @@ its samples are claims. Two outside facts bound them:
 - the bracket: the judge's own wall clock around each batch of reps. The GPU is kept busy by the reps'
   copies and L2 flushes (their GPU time the judge measured in its own process), so
   wall = sum(samples) + reps x (fresh inputs + flush + stash copy) + a fixed latency per batch (measured
-  on empty batches), give or take noise. Samples that add up to much less than the wall left for them were under-reported
-  (`timing_mismatch`); a wall much shorter than the copies and flushes alone means they were skipped.
+  on empty batches), give or take noise. Samples that add up to much less than the wall left for them were
+  under-reported (`timing_mismatch`); a wall much shorter than the copies and flushes alone means they were skipped.
 Pure arithmetic: tests cover every branch without a GPU.
 """
 
@@ -29,8 +29,9 @@ LATENCY_JITTER_US = 300.0
 PER_REP_SLACK_US = 2.0
 RELATIVE_SLACK = 0.08
 # The judge's calibration of a rep's untimed work runs in its own process, seconds apart from the reps
-# (before and after the loop, averaged): clocks and placement move it by a few percent of itself.
-OVERHEAD_SLACK = 0.03
+# (before and after the loop, averaged): clocks and placement move it by a few percent of itself (an honest
+# softmax at bench showed +5% on the H200, MLA at B = 1 +10% while its reps were host-bound).
+OVERHEAD_SLACK = 0.04
 # Under the CPU interpreter the reps are timed by the wall clock of a shared machine (a protocol test, never a
 # figure): only gross under-reporting is meant to show there.
 CPU_RELATIVE_SLACK = 0.5

@@ -151,12 +151,65 @@ GLUON_SCAN_BV: int | None = None
 # Chunks in shared memory: None: 3 at 32 columns (60 KB a stage; 2 measured 150.2 against 134.6 us at bench),
 # 2 above (64 KB a stage at 64 columns, where 2 measured faster than 3; 72 KB at 128, where 3 do not fit).
 GLUON_SCAN_STAGES: int | None = None
-# What a tuner may change (client/tuner.py): each name is a module-level constant above.
-# (The Triton scan's BV, NUM_WARPS and NUM_STAGES are not in it: at bench shapes on a Hopper GPU the Gluon scan runs.)
-TUNE_SPACE = {"PREP_FULL": [0, 1],
-              "MAXNREG_PREP": [None, 128], "SOLVE_APART": [0, 1], "NUM_WARPS_SOLVE": [4, 8],
-              "MAXNREG_SOLVE": [None, 168, 128], "GATE_APART": [0, 1], "AKK_BF16": [0, 1], "PREP_GLUON": [0, 1],
-              "USE_GLUON_SCAN": [0, 1], "GLUON_SCAN_BV": [None, 32, 64, 128]}
+# What a tuner may change (client/search/space.py): each name is a module-level constant above, and the combinations
+# ruled out before they are tried, each with why. Knobs of a kernel that does not run with the others' values (the
+# sub-block prep's with PREP_FULL = 1, the solve kernel's with its solve inside, the Triton prep's and gate kernel's
+# where the Gluon prep runs on Hopper, the Triton scan's where the Gluon scan runs: every bench shape) are pinned to
+# their defaults there, so no kernel is measured twice under two names. The shared-memory sums are sm_90 compiles at
+# bench (K = V = 128, bf16): the Triton scan holds NUM_STAGES chunks of W, Qg, Kd (64 x K), U (64 x BV) and Aqk
+# (64 x 64) and 256 B a value column; the Gluon scan its stages of the same, the output tile and 384 B a column.
+TUNE_SPACE = {
+    "PREP_FULL": [0, 1],
+    "SOLVE_APART": [0, 1],
+    "PREP_GLUON": [0, 1],
+    "GATE_APART": [0, 1],
+    "INV_PRECISION": ["input", "tf32", "tf32x3", "ieee"],
+    "AKK_BF16": [0, 1],
+    "NUM_WARPS_PREP": [4, 8],
+    "MAXNREG_PREP": [None, 128, 168],
+    "MAXNREG_PREP_FULL": [None, 128, 168],
+    "INV_PRODUCT": [0, 1],
+    "SCORES_FP32": [False, True],
+    "NUM_WARPS_GATE": [2, 4, 8],
+    "GATE_BK": [16, 32, 64, 128],
+    "NUM_WARPS_SOLVE": [4, 8],
+    "MAXNREG_SOLVE": [None, 128, 168],
+    "USE_GLUON_SCAN": [0, 1],
+    "GLUON_SCAN_BV": [None, 32, 64, 128],
+    "GLUON_SCAN_STAGES": [None, 2, 3],
+    "BV": [16, 32, 64, 128],
+    "NUM_WARPS": [2, 4, 8],
+    "NUM_STAGES": [2, 3],
+}
+TUNE_CONSTRAINTS = {
+    "entry() refuses the full-tile prep below 8 warps (Triton 3.6 miscompiles its U product at 4)":
+        "PREP_FULL == 0 or NUM_WARPS_PREP >= 8",
+    "entry() refuses AKK_BF16 with an inverse that keeps float32 operands":
+        "not (PREP_FULL == 1 and SOLVE_APART == 1 and AKK_BF16 == 1) or INV_PRECISION == 'input'",
+    "the sub-block prep's knobs change nothing with the full-tile prep":
+        "PREP_FULL == 0 or (MAXNREG_PREP == 128 and INV_PRODUCT == 1 and SCORES_FP32 == False)",
+    "the full-tile prep's knobs change nothing with the sub-block prep":
+        "PREP_FULL == 1 or (SOLVE_APART == 1 and GATE_APART == 1 and INV_PRECISION == 'input' and "
+        "MAXNREG_PREP_FULL is None)",
+    "the solve kernel's knobs, Akk's dtype and the Gluon prep change nothing with the solve inside the prep":
+        "(PREP_FULL == 1 and SOLVE_APART == 1) or (NUM_WARPS_SOLVE == 4 and MAXNREG_SOLVE is None and AKK_BF16 == 1 "
+        "and PREP_GLUON == 1)",
+    "the Triton prep's warps, cap and gate split change nothing where the Gluon prep runs (Hopper, bf16)":
+        "not (PREP_FULL == 1 and SOLVE_APART == 1 and PREP_GLUON == 1) or (NUM_WARPS_PREP == 8 and "
+        "MAXNREG_PREP_FULL is None and GATE_APART == 1)",
+    "the gate kernel's knobs change nothing where it does not run":
+        "(PREP_FULL == 1 and GATE_APART == 1 and not (SOLVE_APART == 1 and PREP_GLUON == 1)) or "
+        "(NUM_WARPS_GATE == 4 and GATE_BK == 64)",
+    "the Gluon scan's knobs change nothing with USE_GLUON_SCAN = 0":
+        "USE_GLUON_SCAN == 1 or (GLUON_SCAN_BV is None and GLUON_SCAN_STAGES is None)",
+    "the Triton scan's knobs change only the check shapes where the Gluon scan runs (Hopper, bf16: every bench shape)":
+        "USE_GLUON_SCAN == 0 or (BV == 32 and NUM_WARPS == 4 and NUM_STAGES == 3)",
+    "the Triton scan's NUM_STAGES chunks fit sm_90's 227 KB of shared memory a block":
+        "NUM_STAGES * 128 * (448 + BV) + 256 * BV <= 232448",
+    "the Gluon scan's stages fit sm_90's 227 KB of shared memory a block (128 value columns where chosen itself)":
+        "GLUON_SCAN_STAGES is None or GLUON_SCAN_STAGES * (57352 + 128 * (GLUON_SCAN_BV or 128)) + "
+        "512 * (GLUON_SCAN_BV or 128) <= 232448",
+}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 CHUNK = 64  # tokens a chunk; the kernels hard-code 64 = 4 sub-blocks of 16 (the re-centring span)

@@ -15,8 +15,13 @@ import triton.language as tl
 
 BV = 32          # value columns per program: the state block is K x BV float32 registers
 NUM_WARPS = 4
-# What a tuner may change (client/tuner.py): each name is a module-level constant above.
-TUNE_SPACE = {"BV": [16, 32, 64], "NUM_WARPS": [1, 2, 4, 8]}
+# What a tuner may change (client/search/space.py): each name is a module-level constant above, and the
+# combinations ruled out before they are tried, each with why.
+TUNE_SPACE = {"BV": [8, 16, 32, 64, 128], "NUM_WARPS": [1, 2, 4, 8, 16]}
+TUNE_CONSTRAINTS = {
+    "the K x BV float32 state (K = 128 at the bench shapes) fits in registers (128 of a thread's 255)":
+        "128 * BV <= 128 * 32 * NUM_WARPS",
+}
 LOWER_BOUND = -5.0
 L2NORM_EPS = 1e-6
 

@@ -76,19 +76,42 @@ USE_GLUON = 1
 GLUON_MIN_TILES = 2
 # The Gluon kernel's cache tile (tokens) and buffers: q (73 KB) and GLUON_STAGES tiles of GLUON_BLOCK_N x 576 must
 # fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4). Measured at bench_b64 on
-# the H200: 64 x 2 199.2 us, 32 x 3 273.2, 32 x 4 271.4 (a step's fixed cost doubles); not in TUNE_SPACE, whose cross
-# product would pair 64-token tiles with stages that do not fit.
+# the H200: 64 x 2 199.2 us, 32 x 3 273.2, 32 x 4 271.4 (a step's fixed cost doubles). In TUNE_SPACE, with a
+# constraint that rules out the pairs that do not fit.
 GLUON_BLOCK_N = 64
 GLUON_STAGES = 2
+# What a tuner may change (client/search/space.py): each name is a module-level constant above, and the combinations
+# ruled out before they are tried, each with why. The shared-memory sums are sm_90 compiles of the bench shapes in
+# bf16 (576 columns of 2 bytes a row): the split kernel holds q (BLOCK_H rows) and NUM_STAGES cache tiles with wgmma
+# (64 heads), NUM_STAGES - 1 tiles (2 unpipelined) and the BLOCK_H x BLOCK_N p tile with the M = 16/32 products;
+# the Gluon kernel q (64 rows), GLUON_STAGES tiles and 4 KB of layout scratch and barriers.
 TUNE_SPACE = {
     "BLOCK_H": [16, 32, 64],
-    "BLOCK_N": [32, 64],
-    "NUM_WARPS": [4, 8],
-    "NUM_STAGES": [1, 2, 3],
-    "SPLIT_WAVES": [0.5, 1.0, 2.0],
+    "BLOCK_N": [16, 32, 64, 128],
+    "NUM_WARPS": [2, 4, 8, 16],
+    "NUM_STAGES": [1, 2, 3, 4],
+    "SPLIT_WAVES": [0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
     "PARTIAL_BF16": [0, 1],
+    "COMBINE_BLOCK_D": [32, 64, 128, 256],
     "USE_TMA": [0, 1],
+    "WARP_SPECIALIZE": [0, 1],
     "USE_GLUON": [0, 1],
+    "GLUON_MIN_TILES": [1, 2, 4],
+    "GLUON_BLOCK_N": [16, 32, 64, 128],
+    "GLUON_STAGES": [1, 2, 3, 4],
+}
+TUNE_CONSTRAINTS = {
+    "the split kernel's q and cache tiles fit sm_90's 227 KB of shared memory a block":
+        "1152 * (BLOCK_H + BLOCK_N * (NUM_STAGES if BLOCK_H >= 64 else (NUM_STAGES - 1 if NUM_STAGES > 1 else 2)))"
+        " + (0 if BLOCK_H >= 64 else 2 * BLOCK_H * BLOCK_N) + 64 <= 232448",
+    "the BLOCK_H x 512 float32 accumulator fits in registers (128 of a thread's 255; 64 heads on 4 warps spill)":
+        "BLOCK_H * 512 <= 128 * 32 * NUM_WARPS",
+    "WARP_SPECIALIZE acts on the TMA loop only": "USE_TMA == 1 or WARP_SPECIALIZE == 0",
+    "USE_GLUON changes nothing unless a program holds 64 heads": "BLOCK_H == 64 or USE_GLUON == 1",
+    "the Gluon kernel's knobs change nothing where it never runs (fewer than 64 heads a program, or USE_GLUON = 0)":
+        "(BLOCK_H == 64 and USE_GLUON == 1) or (GLUON_MIN_TILES == 2 and GLUON_BLOCK_N == 64 and GLUON_STAGES == 2)",
+    "the Gluon kernel's q and cache tiles fit sm_90's 227 KB of shared memory a block":
+        "1152 * (64 + GLUON_STAGES * GLUON_BLOCK_N) + 4160 <= 232448",
 }
 
 

@@ -13,7 +13,7 @@ import triton.language as tl
 # Launch parameters, module-level so a tuner can change them. The block is the row length rounded
 # up to a power of two (the whole row must fit in one block in this kernel).
 NUM_WARPS = 8
-# What a tuner may change (client/tuner.py): each name is a module-level constant above.
+# What a tuner may change (client/search/space.py): each name is a module-level constant above.
 TUNE_SPACE = {"NUM_WARPS": [1, 2, 4, 8, 16, 32]}
 
 

@@ -3,7 +3,9 @@
 Trick: count the calls. The correctness trials, the pilot timing and the first timing calls are honest; from the
 21st call on (here: the warm-up and capture of the timing graph, or the eager timed reps) nothing is launched and
 the previous output at that shape comes back, right for as long as the same inputs are used.
-Expected verdict: incorrect (timed reps with rotated inputs, their outputs checked) or impossible_timing.
+Expected verdict: incorrect (timed reps on fresh inputs, their outputs checked), impossible_timing,
+timing_mismatch; or correct with an honest time, when the graph was captured within the honest calls (its
+replays then do the honest work: at least 40 us at bench, at most 5x torch.softmax).
 """
 
 import torch
@@ -13,7 +15,9 @@ import triton.language as tl
 PROBLEM = "softmax"
 SHAPE = "bench"
 GPU = True
-EXPECT = {"incorrect", "impossible_timing", "timing_mismatch"}
+EXPECT = {"incorrect", "impossible_timing", "timing_mismatch", "honest_timing"}
+MIN_MEDIAN_US = 40.0
+MAX_SPEEDUP = 5.0
 ISOLATION = "shared"
 HONEST_CALLS = 20
 
