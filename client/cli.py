@@ -280,10 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_command_modules() -> None:
-    """Commands that live beside their capability (serve, run, ...) register on import."""
+    """Commands that live beside their capability (serve, run, ...) register on import. client.cli_report
+    comes after client.cli_run: its `status` and `report` are the ones registered under those names."""
     import importlib
 
-    for module in ("server.cli_serve", "client.cli_run"):
+    for module in ("server.cli_serve", "client.cli_run", "client.cli_report"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -47,12 +47,16 @@ def _deadline(text: str | None) -> float | None:
 
 # -- making the policy and the server link --------------------------------------------------------------
 
-def make_policy(name: str, model: str | None, options: dict[str, Any]) -> Any:
-    """The policy called `name`: the tuner here, model providers through client.providers."""
+def make_policy(name: str, model: str | None, options: dict[str, Any], log: Any = None) -> Any:
+    """The policy called `name`: the tuner here (reading its trials from `log`), model providers through
+    client.providers."""
     if name == "tuner":
         from client.tuner import TunerPolicy
 
-        return TunerPolicy(model, **options)
+        try:
+            return TunerPolicy(model, log=log, **options)
+        except ValueError as exc:
+            raise SystemExit(f"marathon: {exc}") from None
     try:
         from client.providers import make_provider
         from client.providers.config import ProviderConfigError
@@ -161,7 +165,8 @@ def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
         return
     print(format_status(data))
     if report_dir is not None:
-        print(f"report: {report_dir / 'report.md'} and {report_dir / 'progress.png'}")
+        plot = report_dir / "progress.png"
+        print(f"report: {report_dir / 'report.md'}" + (f" and {plot}" if plot.exists() else ""))
     else:
         print(f"report: marathon report {run_id} --out DIR")
 
@@ -178,11 +183,20 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, metavar="X", help="stop when the measured speedup reaches X")
     p.add_argument("--target-us", type=float, metavar="US", help="stop when the measured median time reaches US")
     p.add_argument("--hours", type=float, metavar="H", help="budget: hours of active wall time")
-    p.add_argument("--max-steps", type=int, metavar="N", help="budget: tool calls (the run ends at exactly N)")
+    p.add_argument("--max-steps", type=int, metavar="N",
+                   help="budget: tool calls (the run ends at exactly N, unless the goal is met first or the tuner "
+                        "has tried every valid configuration of its space, which `status` then says)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="budget: model tokens, compaction included")
     p.add_argument("--max-cost", type=float, metavar="USD", help="budget: model cost in dollars")
     p.add_argument("--deadline", help="stop at this UTC time (2026-12-02T06:00) or after +H hours, whatever else")
     p.add_argument("--instructions", default="", help="extra words for the goal, kept verbatim in the first message")
+    p.add_argument("--tune-from", choices=("best", "starter", "solution"), default="best",
+                   help="tuner: the kernel to search from: the best in the log, else the starter (best, the "
+                        "default), the problem's starter, or the problem's solution")
+    p.add_argument("--seed", type=int, default=0, help="tuner: the search's seed (default 0); a resumed run keeps it")
+    p.add_argument("--remeasure", type=int, choices=(0, 1, 2), default=1,
+                   help="tuner: extra profiles of a configuration faster than the best before it may lead "
+                        "(default 1)")
     p.add_argument("--server", metavar="URL", help="an MCP server over HTTP (default: spawn `marathon serve` over "
                                                    "stdio)")
     p.add_argument("--token-env", default="MARATHON_TOKEN", metavar="VAR",
@@ -217,8 +231,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     goal = Goal(problem=args.problem, shape=args.shape, target_speedup=args.target, target_us=args.target_us,
                 deadline=_deadline(args.deadline), instructions=args.instructions,
                 budget=Budget(hours=args.hours, steps=args.max_steps, tokens=args.max_tokens, cost_usd=args.max_cost))
-    policy = make_policy(args.policy, args.model, {})
+    policy_options = ({"seed": args.seed, "start": args.tune_from, "remeasure": args.remeasure}
+                      if args.policy == "tuner" else {})
     log = EventLog()
+    policy = make_policy(args.policy, args.model, policy_options, log)
     home = log.path.parent
     run_id = args.run_id or new_run_id(args.problem)
     described = ({"kind": "http", "url": args.server, "token_env": args.token_env} if args.server
@@ -229,7 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = loop_options(None, args)
     if log.events(run_id=run_id, kinds=["run.start"], limit=1):
         return _fail(f"run {run_id} exists already; `marathon resume {run_id}` continues it")
-    start_run(log, run_id, goal, policy=args.policy, model=args.model, server=spec.describe(), options=options)
+    start_run(log, run_id, goal, policy=args.policy, model=args.model, policy_options=policy_options,
+              server=spec.describe(), options=options)
     return _execute(log, run_id, spec, policy, options, args, resume=False)
 
 
@@ -263,7 +280,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return _fail(f"run {args.run} is running in another process", 1)
     start = state.start
     policy = make_policy(str(start.get("policy") or "tuner"), start.get("model"),
-                         dict(start.get("policy_options") or {}))
+                         dict(start.get("policy_options") or {}), log)
     spec = server_spec(dict(start.get("server") or {}), args.run, log.path.parent)
     options = loop_options(dict(start.get("options") or {}))
     return _execute(log, args.run, spec, policy, options, args, resume=True)

@@ -1,196 +1,115 @@
-"""A run's report, read from the log: progress.png and report.md.
+"""A run's report, read from the log: report.md, and progress.png when there is something to draw.
 
-The plot shows the run's own best-so-far (verified attempts only) against active hours and against
-steps, with every attempt marked by its outcome. The metric is the speedup over the baseline; where
-no attempt was timed against a baseline it is the median time (lower is better); where nothing was
-timed at all (a CPU run: the kernels are only checked under the interpreter) each attempt's outcome
-is drawn on a strip per outcome, so the plot still says what happened at every step. The Markdown
-has the goal, the baseline, the best kernel with its numbers and source, the strategies tried (notes
-and the turn that proposed each attempt), failures by class and the spend.
+The Markdown has the goal, the baseline, the run's own best kernel (verified attempts only) with its
+numbers and source, the whole log's best beside it when that is another run's, every attempt numbered
+within the run (with its step and event id), the strategies tried, failures by class and the spend.
+
+report.md is always written: a run with nothing timed says so in words instead of a blank figure, and
+when the figure cannot be drawn (any error, a broken plotting install included) report.md carries a
+one-line note in its place. Every report goes to its run's own folder (client.report_dir), so writing
+one refreshes that run's folder and never touches another run's.
 """
 
 from __future__ import annotations
 
-import statistics
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.pinned import best_line, log_best_line
-from client.runs import liveness
+from client import report_dir, report_plot
+from client.report_data import Progress, progress, run_baseline_us
+from client.runs import attempt_number, liveness
 from client.runstate import AttemptRec, RunState, fmt_us
 
-MARKERS: dict[str, tuple[str, str]] = {  # outcome -> (matplotlib marker, colour)
-    "correct": ("o", "#2a9d3f"), "compiled": ("s", "#6c8ebf"), "incorrect": ("x", "#d62728"),
-    "compile_error": ("^", "#ff7f0e"), "rejected": ("D", "#9467bd"), "timeout": ("v", "#8c564b"),
-    "crashed": ("P", "#e377c2"), "error": ("*", "#7f7f7f"),
-}
+PLOT = "progress.png"
 TABLE_ROWS = 200
 
 
-def _metric(attempts: list[AttemptRec]) -> str:
-    """Speedup where a baseline was timed (against the run's one figure for it), else the median time."""
-    if any(a.baseline_us and a.median_us for a in attempts if a.outcome == "correct"):
-        return "speedup"
-    if any(a.median_us is not None for a in attempts if a.outcome == "correct"):
-        return "median_us"
-    return "none"
+@dataclass(frozen=True)
+class ReportFiles:
+    """What a report wrote: the folder, report.md, and progress.png or why there is none."""
+
+    folder: Path
+    markdown: Path
+    plot: Path | None
+    no_plot: str | None  # why there is no figure (nothing timed, or the drawing failed); None when drawn
 
 
-def run_baseline_us(attempts: list[AttemptRec]) -> float | None:
-    """One baseline time for the whole run: the median of every baseline timing its profiles took.
+def write(log: Any, run_id: str, out: Path) -> ReportFiles:
+    """Write the report of `run_id` into its folder under `out` (`report_dir.run_folder`).
 
-    Each profile times the baseline beside the candidate; a launch-bound baseline wanders between
-    profiles, so per-profile ratios would let a slower kernel's luckier ratio outrank a faster one.
-    Plotting every kernel against one figure keeps the best-so-far curve monotone in time.
-    """
-    times = [a.baseline_us for a in attempts if a.outcome == "correct" and a.baseline_us]
-    return statistics.median(times) if times else None
-
-
-def _value(rec: AttemptRec | None, metric: str, base_us: float | None = None) -> float | None:
-    if rec is None or rec.outcome != "correct":
-        return None
-    if metric == "speedup":
-        return base_us / rec.median_us if base_us and rec.median_us else None
-    return rec.median_us if metric == "median_us" else None
-
-
-def best_series(attempts: list[AttemptRec], metric: str, start: AttemptRec | None,
-                base_us: float | None = None) -> list[float | None]:
-    """The metric of the best attempt after each attempt (None until something correct is timed).
-
-    "Best" is the log's rule, the one `best`, `status` and the goal use: the fastest median time of a
-    verified correct attempt; its speedup is taken against the run's one baseline figure
-    (`run_baseline_us`), so the curve never falls.
-    """
-    best = start if _value(start, metric, base_us) is not None else None
-    out: list[float | None] = []
-    for rec in attempts:
-        if _value(rec, metric, base_us) is not None and rec.better_than(best):
-            best = rec
-        out.append(_value(best, metric, base_us) if best is not None else None)
-    return out
+    KeyError: no such run. report_dir.FolderTaken: the folder holds another run's report. A figure
+    that cannot be drawn is reported in report.md, never raised."""
+    state = RunState.load(log, run_id)
+    folder = report_dir.run_folder(out, run_id)
+    report_dir.claim(folder, run_id)
+    prog = progress(state)
+    png = folder / PLOT
+    no_plot = None if prog.timed else _untimed_words(state)
+    if no_plot is None:
+        try:
+            report_plot.draw(prog, png)
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0][:200]
+            no_plot = f"The plot could not be drawn ({type(exc).__name__}: {first}); the table below has every attempt."
+    if no_plot is not None:
+        png.unlink(missing_ok=True)  # this run's own figure from an earlier report: out of date now
+    md = folder / report_dir.REPORT
+    _write_text(md, markdown(log, state, prog, no_plot))
+    return ReportFiles(folder=folder, markdown=md, plot=None if no_plot else png, no_plot=no_plot)
 
 
-def plot(state: RunState, path: Path) -> None:
-    import matplotlib
+def write_report(log: Any, run_id: str, out: Path) -> Path:
+    """`write`, returning the run's report folder."""
+    return write(log, run_id, out).folder
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _write_text(path: Path, text: str) -> None:
+    """Replace the file whole: a crash while writing leaves the previous report, never half of one."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _untimed_words(state: RunState) -> str:
     attempts = [a for a in state.attempts if a.step is not None]
-    metric = _metric(attempts)
-    base_us = run_baseline_us(attempts) if metric == "speedup" else None
-    t0 = state.sessions[0][0] if state.sessions else (attempts[0].ts if attempts else 0.0)
-    hours = _active_hours(state, [a.ts for a in attempts], t0)
-    unit = "hours"
-    if not hours or max(hours) < 2:
-        hours, unit = [h * 60 for h in hours], "minutes"
-    steps = [a.step or 0 for a in attempts]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
-    base_name = next((a.baseline for a in attempts if a.baseline), "the baseline")
-    label = {"speedup": f"speedup over {base_name} at {fmt_us(base_us or 0.0)} us (x)",
-             "median_us": "best median time (us, lower is better)", "none": "outcome (nothing was timed)"}[metric]
-    outcomes = [o for o in MARKERS if any(a.outcome == o for a in attempts)]
-    for ax, xs, xlabel in ((axes[0], hours, f"active {unit} since the start"), (axes[1], steps, "step")):
-        if metric == "none":
-            for a, x in zip(attempts, xs):
-                marker, colour = MARKERS.get(a.outcome, ("*", "#000000"))
-                ax.scatter([x], [outcomes.index(a.outcome) if a.outcome in outcomes else -1], marker=marker,
-                           color=colour, s=40)
-            ax.set_yticks(range(len(outcomes)), outcomes)
-            ax.set_ylim(-0.8, max(len(outcomes) - 0.2, 0.8))
-        else:
-            series = best_series(attempts, metric, None, base_us)  # this run's own verified attempts
-            pts = [(x, y) for x, y in zip(xs, series) if y is not None]
-            if pts:
-                ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", color="#1f77b4",
-                        label="best so far (this run)")
-            before = _value(state.first_best, metric, base_us)
-            if before is not None:
-                ax.axhline(before, color="#1f77b4", linestyle=":", linewidth=1, label="best in the log at the start")
-            timed = [_value(a, metric, base_us) for a in attempts]
-            known = [v for v in timed if v is not None]
-            floor = (min(known) * 0.95 if metric == "speedup" else max(known) * 1.05) if known else 0.0
-            for a, x, v in zip(attempts, xs, timed):
-                marker, colour = MARKERS.get(a.outcome, ("*", "#000000"))
-                ax.scatter([x], [v if v is not None else floor], marker=marker, color=colour, s=36,
-                           alpha=1.0 if v is not None else 0.5, label=a.outcome)
-            if state.goal is not None:
-                target = state.goal.target_speedup if metric == "speedup" else state.goal.target_us
-                if target is not None:
-                    ax.axhline(target, color="#999999", linestyle="--", linewidth=1, label="target")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        handles, names = ax.get_legend_handles_labels()
-        unique = dict(zip(names, handles))
-        if unique:
-            ax.legend(unique.values(), unique.keys(), fontsize=8, loc="best")
-    goal = state.goal
-    title = f"run {state.run_id}: {goal.problem}/{goal.shape}" if goal else f"run {state.run_id}"
-    if metric != "speedup" and attempts:
-        title += " (untimed attempts drawn at the edge)" if metric == "median_us" else " (no timing: CPU run)"
-    fig.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    if not attempts:
+        ended = state.ended or {}
+        why = f" (it ended: {ended.get('state')}: {ended.get('reason')})" if ended else ""
+        return f"No attempt was judged in this run{why}, so there is nothing to plot."
+    outcomes = ", ".join(f"{o} {n}" for o, n in state.outcomes.most_common())
+    return (f"Nothing was timed in this run: no correct attempt among its {len(attempts)} ({outcomes}) has a "
+            "measured time (on a CPU the kernels are only checked under the Triton interpreter), so there is no "
+            "plot; the table below lists every attempt.")
 
 
-def _active_hours(state: RunState, stamps: list[float], t0: float) -> list[float]:
-    """Hours of active time at each stamp: gaps between sessions (a crash, a pause) are left out."""
-    if not state.sessions:
-        return [(ts - t0) / 3600 for ts in stamps]
-    out = []
-    for ts in stamps:
-        total = sum(max(0.0, min(ts, last) - start) for start, last in state.sessions if ts > start)
-        out.append(total / 3600)
-    return out
+# -- the Markdown -------------------------------------------------------------------------------------
 
-
-def markdown(log: Any, state: RunState) -> str:
+def markdown(log: Any, state: RunState, prog: Progress | None = None, no_plot: str | None = None) -> str:
+    """report.md of a run; `no_plot` replaces the figure with words (None: progress.png is beside it)."""
     goal = state.goal
     assert goal is not None
+    prog = prog if prog is not None else progress(state)
     live = liveness(log.path, state)
     ended = state.ended or {}
-    turn_texts = _turn_texts(log, state.run_id)
     model = f" ({state.start.get('model')})" if state.start.get("model") else ""
     lines = [f"# Run {state.run_id}: {goal.problem} at shape {goal.shape}", "",
              f"State: **{live}**" + (f" ({ended.get('state')}: {ended.get('reason')})" if ended else ""),
-             f"Policy: {state.start.get('policy')}{model}",
-             "", "## Goal", "", "```text", str(state.start.get("goal", "")), "```", "", "## Baseline", ""]
-    if state.baseline is not None:
-        lines.append(f"{state.baseline[0]}: {fmt_us(state.baseline[1])} us median.")
-    else:
-        lines.append("Not measured in this run (no timed profile: on a CPU the kernels are only checked).")
-    lines += ["", "## Best kernel", "", f"This run's best verified attempt: {best_line(state)}."]
-    elsewhere = log_best_line(state)
-    if elsewhere is not None:
-        lines.append(f"Best verified attempt in the whole log (any run): {elsewhere}.")
-    if state.first_best is not None and state.first_best is not state.best:
-        lines.append(f"At the start of the run the best in the log was: {state.first_best.numbers()}.")
-    if state.best_source:
+             f"Policy: {state.start.get('policy')}{model}", f"Attempts: {_attempts_summary(state)}",
+             "", "## Goal", "", "```text", str(state.start.get("goal", "")), "```", "",
+             "## Baseline", "", _baseline_line(state), "",
+             "## Best kernel", "", *_best_lines(log, state)]
+    if state.best is not None and state.best_source:
         lines += ["", "```python", state.best_source.rstrip(), "```"]
-    lines += ["", "## Progress", "", "![best so far over time and steps](progress.png)", "",
-              "| step | tool | outcome | median us | speedup | proposed as |",
-              "| ---: | --- | --- | ---: | ---: | --- |"]
-    rows = [a for a in state.attempts if a.step is not None]
-    if len(rows) > TABLE_ROWS:
-        lines.append(f"| ... | | {len(rows) - TABLE_ROWS} earlier attempts | | | |")
-        rows = rows[-TABLE_ROWS:]
-    for a in rows:
-        us = fmt_us(a.median_us) if a.median_us is not None else "-"
-        sp = f"{a.speedup:.3g}" if a.speedup is not None else "-"
-        why = turn_texts.get(a.step or 0, "").replace("|", "\\|")[:140]
-        outcome = a.outcome + (f" ({a.error_class})" if a.error_class and a.error_class != a.outcome else "")
-        lines.append(f"| {a.step} | {a.tool} | {outcome} | {us} | {sp} | {why} |")
+    lines += ["", "## Progress", ""]
+    lines += [no_plot] if no_plot else [f"![best so far over time and steps]({PLOT})"]
+    lines += _improvement_lines(prog)
+    lines += ["", *_table(log, state)]
     lines += ["", "## Strategies tried", ""]
-    own_notes = [n for n in state.notes if n.run_id == state.run_id]
-    if own_notes:
-        lines += [f"- note #{n.id}" + (f" [{', '.join(n.tags)}]" if n.tags else "") + f": {' '.join(n.text.split())}"
-                  for n in own_notes]
-    else:
-        lines.append("- no notes recorded in this run")
+    notes = _own_notes(log, state)
+    lines += [f"- note #{i}" + (f" [{', '.join(tags)}]" if tags else "") + f": {' '.join(text.split())}"
+              for i, (text, tags) in sorted(notes.items())] or ["- no notes recorded in this run"]
     lines += ["", "## Failures by class", ""]
     lines += [f"- {cls}: {n}" for cls, n in state.failures.most_common()] or ["- none"]
     s = state.spend
@@ -203,6 +122,97 @@ def markdown(log: Any, state: RunState) -> str:
     return "\n".join(lines)
 
 
+def _attempts_summary(state: RunState) -> str:
+    n = len(state.attempts)
+    if not n:
+        return "none"
+    outcomes = ", ".join(f"{o} {c}" for o, c in state.outcomes.most_common())
+    verified = sum(1 for a in state.attempts if a.verified)
+    return f"{n}, numbered 1 to {n} below ({outcomes}; {verified} verified)"
+
+
+def _baseline_line(state: RunState) -> str:
+    own = [a for a in state.attempts if a.baseline_us is not None]
+    us = run_baseline_us(own)
+    if us is not None:
+        name = next((a.baseline for a in own if a.baseline), "the baseline")
+        return (f"{name}: {fmt_us(us)} us median, over the {len(own)} profile(s) of this run that timed it (each "
+                "profile times the baseline beside the candidate; the plot's speedups are against this one figure).")
+    text = "Not measured in this run (no timed profile: on a CPU the kernels are only checked)."
+    if state.baseline is not None:
+        text += f" The log has {state.baseline[0]} at {fmt_us(state.baseline[1])} us from another profile."
+    return text
+
+
+def describe(log: Any, state: RunState, rec: AttemptRec) -> str:
+    """One attempt in words, numbered within its own run: "attempt 3 (step 5, event #105): correct, ..."."""
+    device = f" on {rec.device}" if rec.device else ""
+    how = f", verified {rec.verification}" if rec.verification else ""
+    return f"{rec.ident(state.run_id, attempt_number(log, state, rec))}: {rec.numbers()}{device}{how}"
+
+
+def _best_lines(log: Any, state: RunState) -> list[str]:
+    """This run's best, and the whole log's beside it when that is not this run's best: labelled so that
+    a later run's kernel is never read as this run's."""
+    lines = []
+    if state.best is not None:
+        lines.append(f"This run's best (its own verified attempts only): {describe(log, state, state.best)}.")
+    else:
+        correct = sum(1 for a in state.attempts if a.outcome == "correct")
+        why = (f"its {correct} correct attempt(s) are not verified by the judge" if correct else
+               "no verified correct attempt")
+        lines.append(f"This run's best (its own verified attempts only): none: {why}.")
+    other = state.log_best
+    if other is not None and other is not state.best and other.run_id != state.run_id:
+        lines.append(f"Best in the whole log (another run's, not this run's): {describe(log, state, other)}.")
+    start = state.first_best
+    if start is not None and start is not other:
+        lines.append(f"Best in the log before this run's first attempt: {describe(log, state, start)}.")
+    return lines
+
+
+def _improvement_lines(prog: Progress) -> list[str]:
+    improved = [p for p in prog.improvements if p.value is not None]
+    if not improved:
+        return []
+    steps = "; ".join(f"attempt {p.number} (step {p.step}) {prog.figure(p.value)}" for p in improved
+                      if p.value is not None)
+    return ["", f"Improvements of the run's best: {steps}."]
+
+
+def _table(log: Any, state: RunState) -> list[str]:
+    lines = ["| attempt | step | tool | outcome | median us | speedup | verified | event | proposed as |",
+             "| ---: | ---: | --- | --- | ---: | ---: | --- | ---: | --- |"]
+    rows = [a for a in state.attempts if a.step is not None]
+    if not rows:
+        return [*lines, "| - | | | no attempts in this run | | | | | |"]
+    if len(rows) > TABLE_ROWS:
+        lines.append(f"| ... | | | {len(rows) - TABLE_ROWS} earlier attempts | | | | | |")
+        rows = rows[-TABLE_ROWS:]
+    turn_texts = _turn_texts(log, state.run_id)
+    for a in rows:
+        us = fmt_us(a.median_us) if a.median_us is not None else "-"
+        sp = f"{a.speedup:.3g}" if a.speedup is not None else "-"
+        why = turn_texts.get(a.step or 0, "").replace("|", "\\|")[:140]
+        outcome = a.outcome + (f" ({a.error_class})" if a.error_class and a.error_class != a.outcome else "")
+        best = " (best)" if a is state.best else ""
+        event = f"#{a.attempt_id}" if a.attempt_id is not None else "-"
+        lines.append(f"| {a.number}{best} | {a.step} | {a.tool} | {outcome} | {us} | {sp} | "
+                     f"{'yes' if a.verified else 'no'} | {event} | {why} |")
+    return lines
+
+
+def _own_notes(log: Any, state: RunState) -> dict[int, tuple[str, list[str]]]:
+    """Every note of the run (the log's note events, and the run's own note results when the server
+    keeps another log), not only the newest few that the run state keeps for the pinned block."""
+    out = {n["id"]: (str(n.get("text", "")), [str(t) for t in n["tags"]])
+           for n in log.notes(run_id=state.run_id, limit=None)}
+    for n in state.notes:
+        if n.run_id == state.run_id:
+            out.setdefault(n.id, (n.text, n.tags))
+    return out
+
+
 def _turn_texts(log: Any, run_id: str) -> dict[int, str]:
     out: dict[int, str] = {}
     for ev in log.events(run_id=run_id, kinds=["model.turn"]):
@@ -210,13 +220,4 @@ def _turn_texts(log: Any, run_id: str) -> dict[int, str]:
         first = text.splitlines()[0] if text else ""
         for c in ev.payload.get("calls", []):
             out[int(c["step"])] = first
-    return out
-
-
-def write_report(log: Any, run_id: str, out: Path) -> Path:
-    """Write out/progress.png and out/report.md for a run; returns the folder."""
-    state = RunState.load(log, run_id)
-    out.mkdir(parents=True, exist_ok=True)
-    plot(state, out / "progress.png")
-    (out / "report.md").write_text(markdown(log, state), encoding="utf-8")
     return out

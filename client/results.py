@@ -35,11 +35,15 @@ def trim_structured(structured: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def repeat_text(rec: AttemptRec, run_id: str) -> str:
     """The answer to a profile of a source already tried."""
-    where = f"at step {rec.step} of this run" if rec.step is not None and rec.run_id in (None, run_id) else (
-        f"in run {rec.run_id}" if rec.run_id else "earlier")
-    ident = f"attempt #{rec.attempt_id}" if rec.attempt_id is not None else "an attempt"
-    return (f"Already tried: this source (the same tokens, comments and spacing aside) was profiled {where} as "
-            f"{ident}: {rec.numbers()}. Answered from the event log; nothing was run. Change the kernel to learn "
+    if rec.run_id == run_id:  # numbered within this run
+        which = f"in this run as {rec.ident(run_id)}"
+    elif rec.run_id is None and rec.step is not None:
+        which = f"at step {rec.step} of this run"
+    else:
+        which = (f"in run {rec.run_id}" if rec.run_id else "earlier") + (
+            f" as attempt event #{rec.attempt_id}" if rec.attempt_id is not None else "")
+    return (f"Already tried: this source (the same tokens, comments and spacing aside) was profiled {which}: "
+            f"{rec.numbers()}. Answered from the event log; nothing was run. Change the kernel to learn "
             "something new.")
 
 

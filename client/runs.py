@@ -1,4 +1,5 @@
-"""Runs as `status`, `resume` and `report` see them: which exist, which is live, what state each is in.
+"""Runs as `status`, `resume` and `report` see them: which exist, which is live, what state each is in,
+and `status` itself: its JSON object and its text.
 
 A run is "running" while a process holds its lock (an flock on state_dir/runs/RUN.lock, released
 by the kernel however the process dies, kill -9 included, so a stale pid can never look alive);
@@ -18,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from client.runstate import AttemptRec, RunState
+from client.runstate import AttemptRec, RunState, fmt_us
 
 REMOTE_LIVE_S = 900.0  # a run on another host counts as running while its newest event is this recent
 
@@ -109,16 +110,32 @@ def latest_run(log: Any) -> str | None:
     return runs[0]["run_id"] if runs else None
 
 
-def _best_data(best: AttemptRec | None) -> dict[str, Any] | None:
+def attempt_number(log: Any, state: RunState, rec: AttemptRec) -> int | None:
+    """The attempt's number within its own run (1 = that run's first): from the run state for this run's
+    attempts; for another run's, its place among that run's attempt events in the log."""
+    if rec.run_id == state.run_id:
+        return state.number_of(rec)
+    if rec.run_id is None or rec.attempt_id is None:
+        return None
+    ids = sorted(a["id"] for a in log.attempts(run_id=rec.run_id, limit=None))
+    return ids.index(rec.attempt_id) + 1 if rec.attempt_id in ids else None
+
+
+def _best_data(log: Any, state: RunState, best: AttemptRec | None) -> dict[str, Any] | None:
     if best is None:
         return None
-    return {"attempt_id": best.attempt_id, "step": best.step, "run_id": best.run_id, "outcome": best.outcome,
-            "median_us": best.median_us, "speedup": best.speedup, "max_rel_err": best.max_rel_err,
-            "device": best.device, "verified": best.verified, "verification": best.verification}
+    return {"attempt_id": best.attempt_id, "attempt_number": attempt_number(log, state, best), "step": best.step,
+            "run_id": best.run_id, "outcome": best.outcome, "median_us": best.median_us, "speedup": best.speedup,
+            "max_rel_err": best.max_rel_err, "device": best.device, "verified": best.verified,
+            "verification": best.verification}
 
 
 def status_data(log: Any, run_id: str) -> dict[str, Any]:
-    """The public `marathon status --json` object of one run."""
+    """The public `marathon status --json` object of one run.
+
+    "best" is this run's own best verified attempt (what goal_met is decided from), "log_best" the best
+    verified attempt of any run in the log (this run's too); each names its attempt by "attempt_id"
+    (the event id) and "attempt_number" (its place among its own run's attempts, 1 = the first)."""
     state = RunState.load(log, run_id)
     live = liveness(log.path, state)
     goal = state.goal
@@ -135,8 +152,8 @@ def status_data(log: Any, run_id: str) -> dict[str, Any]:
         "steps": state.steps_done,
         "steps_started": state.steps_started,
         "turns": state.turns,
-        "best": _best_data(state.best),  # this run's own best verified attempt: what goal_met is decided from
-        "log_best": _best_data(state.log_best),  # the best verified attempt of any run in the log
+        "best": _best_data(log, state, state.best),
+        "log_best": _best_data(log, state, state.log_best),
         "target": {"speedup": goal.target_speedup, "median_us": goal.target_us},
         "goal_met": state.goal_met(),
         "attempts": len(state.attempts),
@@ -153,3 +170,45 @@ def status_data(log: Any, run_id: str) -> dict[str, Any]:
         "pid": (state.hosts[-1] if state.hosts else {}).get("pid"),
         "host": (state.hosts[-1] if state.hosts else {}).get("host"),
     }
+
+
+def _attempt_words(d: dict[str, Any], run_id: str, of: int | None = None) -> str:
+    """A `best`/`log_best` object of status_data in words: its numbers, then which attempt it is."""
+    nums = [d.get("outcome") or "?"]
+    if d.get("median_us") is not None:
+        nums.append(f"{fmt_us(d['median_us'])} us")
+    if d.get("speedup") is not None:
+        nums.append(f"{d['speedup']:.3g}x")
+    n = d.get("attempt_number")
+    own = d.get("run_id") == run_id
+    which = ("attempt" if n is None else f"attempt {n}" + (f" of {of}" if own and of else "")) + (
+        "" if own else f" of run {d.get('run_id') or '-'}")
+    where = [which] + ([f"step {d['step']}"] if own and d.get("step") else [])
+    where += [f"event #{d['attempt_id']}"] if d.get("attempt_id") is not None else []
+    where += [d["device"]] if d.get("device") else []
+    return f"{', '.join(nums)} ({', '.join(where)})"
+
+
+def format_status(d: dict[str, Any]) -> str:
+    """`marathon status` as people read it: the run's own best, and the whole log's beside it, labelled,
+    when that is another attempt."""
+    best, whole = d.get("best"), d.get("log_best")
+    best_s = _attempt_words(best, d["run_id"], d.get("attempts")) if best else "none yet (no verified attempt)"
+    end = f" ({d['end_state']}: {d['reason']})" if d.get("end_state") else ""
+    spend = d.get("spend") or {}
+    model = f" ({d['model']})" if d.get("model") else ""
+    of = f" of {d['budget']['steps']}" if (d.get("budget") or {}).get("steps") else ""
+    outcomes = ", ".join(f"{k} {v}" for k, v in (d.get("outcomes") or {}).items()) or "-"
+    tokens = spend.get("tokens_in", 0) + spend.get("tokens_out", 0)
+    lines = [f"run {d['run_id']}: {d['state']}{end}",
+             f"  {d['problem']}/{d['shape']}, policy {d.get('policy')}{model}",
+             f"  steps {d['steps']}{of}, turns {d['turns']}, attempts {d['attempts']}: {outcomes}",
+             f"  best of this run: {best_s}"]
+    if whole and whole.get("run_id") != d["run_id"]:
+        lines.append(f"  best in the whole log: {_attempt_words(whole, d['run_id'])}")
+    lines.append(f"  spent: {spend.get('active_s', 0) / 3600:.2f} h active, {tokens:,} tokens, "
+                 f"${spend.get('cost_usd', 0):.2f}, {spend.get('compactions', 0)} compactions, "
+                 f"{d.get('sessions', 1)} session(s)")
+    if d["state"] == "interrupted":
+        lines.append(f"  continue with: marathon resume {d['run_id']}")
+    return "\n".join(lines)

@@ -13,6 +13,10 @@ local log (the server's, when it shares the log; other runs' and agents').
 Best-so-far counts only verified correct attempts (the judge's `verified: true`; attempts logged
 before the field existed are unverified). Two are kept: `best`, from this run's own attempts, which
 is what the goal is checked against, and `log_best`, from every run in the log, shown beside it.
+
+A run's attempts are numbered 1, 2, 3, ... in the order the run made them (`AttemptRec.number`): the
+server's attempt event ids are shared by every run in the log, so "#13-#31" would tell a reader
+nothing about how many attempts this run made. The event id stays on the record for `attempt(id)`.
 """
 
 from __future__ import annotations
@@ -66,9 +70,14 @@ class AttemptRec:
     key: str | None = None
     verified: bool = False  # the judge vouched for the verdict (state.events ATTEMPT); absent before: False
     verification: str | None = None  # how, e.g. "judge:v1+bounds"
+    number: int | None = None  # its place among its run's attempts (1 = the first); set as the run folds it
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as it is logged: without `number`, which the run derives from the order of its
+        attempts when it folds them, so a logged copy never disagrees with a later fold."""
+        out = asdict(self)
+        out.pop("number")
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptRec:
@@ -85,6 +94,21 @@ class AttemptRec:
         if self.error:
             parts.append(self.error.splitlines()[0][:160])
         return ", ".join(parts)
+
+    def ident(self, run_id: str, number: int | None = None) -> str:
+        """Which attempt this is, for a reader of run `run_id`: "attempt 3 (step 5, event #105)" for one
+        of its own, "attempt 2 of run R (event #11)" for another run's. `number` stands in for a record
+        that does not carry its own (another run's, numbered from the log)."""
+        number = self.number if number is None else number
+        event = f"event #{self.attempt_id}" if self.attempt_id is not None else None
+        if self.run_id == run_id:
+            head = f"attempt {number}" if number is not None else "an attempt of this run"
+            extra = [x for x in (f"step {self.step}" if self.step is not None else None, event) if x]
+        else:
+            head = (f"attempt {number} of run {self.run_id}" if number is not None and self.run_id else
+                    f"an attempt of run {self.run_id}" if self.run_id else "an attempt outside any run")
+            extra = [event] if event else []
+        return head + (f" ({', '.join(extra)})" if extra else "")
 
     def better_than(self, other: AttemptRec | None) -> bool:
         """The log's rule: only a verified correct attempt counts; a timed one beats an untimed one;
@@ -207,6 +231,7 @@ class RunState:
         self.log_best: AttemptRec | None = None  # the best verified attempt of any run in the log (this one too)
         self.log_best_source: str | None = None
         self.first_best: AttemptRec | None = None  # the log's best elsewhere, known before this run's first attempt
+        self._first_best_until = math.inf  # attempt ids from here on came after the run (set while loading)
         self.baseline: tuple[str, float, int | None] | None = None  # name, median us, step measured
         self.outcomes: Counter[str] = Counter()
         self.attempt_tools: Counter[str] = Counter()
@@ -374,8 +399,14 @@ class RunState:
 
     def _add_run_attempt(self, rec: AttemptRec, source: str | None) -> None:
         self.attempts.append(rec)
-        if rec.key is not None and rec.key not in self.tried:
-            self.tried[rec.key] = rec
+        rec.number = len(self.attempts)
+        if rec.key is not None:
+            seen = self.tried.get(rec.key)
+            # the run's own record of an attempt seen first as the server's event: it has the step and number
+            own_copy = seen is not None and seen.step is None and seen.attempt_id is not None and (
+                seen.attempt_id == rec.attempt_id)
+            if seen is None or own_copy:
+                self.tried[rec.key] = rec
         self.outcomes[rec.outcome] += 1
         self.attempt_tools[rec.tool] += 1
         if rec.outcome in NOT_FAILURES:
@@ -418,7 +449,8 @@ class RunState:
                             setattr(self, name, keep)
                     return
                 rec = keep  # first seen unverified, now verified: offered for best below
-        if rec.run_id != self.run_id and not self.attempts and rec.better_than(self.first_best):
+        if (rec.run_id != self.run_id and not self.attempts and rec.better_than(self.first_best)
+                and (rec.attempt_id is None or rec.attempt_id < self._first_best_until)):
             self.first_best = rec  # known before this run judged anything: where the run started from
         if rec.better_than(self.log_best):
             self.log_best = rec
@@ -456,6 +488,15 @@ class RunState:
         if rec.outcome == "correct":
             self._consider(rec, None)
 
+    def number_of(self, rec: AttemptRec) -> int | None:
+        """The number of one of this run's attempts (1 = its first), also for a second record of it
+        (the server's attempt event, a `best` result) that came without one; None for another run's."""
+        if rec.number is not None or rec.run_id != self.run_id:
+            return rec.number
+        if rec.attempt_id is None:
+            return None
+        return next((a.number for a in self.attempts if a.attempt_id == rec.attempt_id), None)
+
     def _add_note(self, note_id: int, text: str, tags: list[str], run_id: str | None) -> None:
         if note_id in self._note_ids:
             return
@@ -467,15 +508,22 @@ class RunState:
 
     @classmethod
     def load(cls, log: Any, run_id: str) -> RunState:
-        """Fold a run's events, and the log's attempts and notes for its problem, in id order."""
+        """Fold a run's events, and the log's attempts and notes for its problem, in id order.
+
+        Other runs' attempts logged after this run's last event are still folded (the whole log's best
+        includes them) but cannot be where the run started from (`first_best`): a run that judged
+        nothing would otherwise take a later run's kernel as its starting point. Once loaded, the state
+        goes on as a live one (a resumed run), where every new attempt is of its own time."""
         state = cls(run_id, source_of=log.source)
         own = log.events(run_id=run_id)
         if not own or own[0].kind != "run.start":
             raise KeyError(f"no run {run_id!r} started by the bundled client in {log.path}")
         state.fold(own[0])
+        state._first_best_until = own[-1].id
         foreign = [e for e in log.events(kinds=["attempt", "note"]) if e.run_id != run_id]
         for ev in sorted([*own[1:], *foreign], key=lambda e: e.id):
             state.fold(ev)
+        state._first_best_until = math.inf
         return state
 
     def poll(self, log: Any) -> int:

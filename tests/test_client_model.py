@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from client.providers import make_provider
-from client.providers.fake_openai_server import FakeModelServer, anthropic_message, error_reply
 from state import EventLog
+from tests.fake_openai_server import FakeModelServer, anthropic_message, error_reply
 from tests.test_client_common import check_invariants, new_run, run_in_process
 
 
 def _provider(fake: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
-    return make_provider("anthropic", "fake-claude", base_url=fake.anthropic_base_url, max_attempts=1)
+    return make_provider("anthropic", "fake-claude", base_url=fake.anthropic_base_url, max_retries=0)
 
 
 def test_a_model_run_sends_a_valid_conversation_every_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

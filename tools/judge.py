@@ -430,7 +430,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
 
     def calibrate() -> float:
         return calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
-                                 setup_inputs, out_shapes, slots=per_batch)
+                                 setup_inputs, out_shapes, slots=per_batch, graph=graph)
 
     overheads = [calibrate()]
     per_rep_guess = overheads[0] + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot)

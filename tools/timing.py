@@ -176,10 +176,17 @@ class Calibration:
         self.timer = Timer(flush_bytes=flush_bytes)
 
     def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
-                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, reps: int = 16) -> float:
+                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,
+                    reps: int = 16) -> float:
         """GPU microseconds per rep outside its two events: `refill(buffers, seed)` as the reps regenerate
-        their inputs, the flush, and the copy of the outputs to the next of `slots` stash slots."""
+        their inputs, the flush, and the copy of the outputs to the next of `slots` stash slots. Between the
+        events runs a null call (one one-element fill, replayed as a graph when the reps replay graphs): what
+        launching a call or a graph costs outside its events is then counted as the reps pay it."""
         torch = self.timer.torch
+        null_out = torch.empty(1, device="cuda")
+        null: Callable[[], Any] = lambda: null_out.fill_(0.0)  # noqa: E731
+        if graph:
+            null = self.timer.as_graph(null)
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
         stash = [[torch.empty_like(o) for o in outs] for _ in range(max(1, min(slots, reps)))]
@@ -193,6 +200,7 @@ class Calibration:
                 refill(buffers, i)
                 self.timer._flush()
                 inner[i][0].record()
+                null()
                 inner[i][1].record()
                 for st, o in zip(stash[i % len(stash)], outs):
                     st.copy_(o)
@@ -209,7 +217,8 @@ class WallCalibration:
     flush_bytes = 1 << 20
 
     def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
-                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, reps: int = 9) -> float:
+                    out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,
+                    reps: int = 9) -> float:
         import torch
 
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]

@@ -2,7 +2,7 @@
 
 The loop and the CLI name a policy with one string; this registry turns it into an object with the
 Policy interface. Implementations are imported only when asked for, so naming one does not pay for
-the others (or for httpx). Other modules may add their own with `register`.
+the others (or for the anthropic and openai SDKs). Other modules may add their own with `register`.
 """
 
 from __future__ import annotations

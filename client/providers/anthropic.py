@@ -1,33 +1,46 @@
-"""The Anthropic Messages API (POST {base_url}/v1/messages).
+"""Claude through the Messages API, on the official `anthropic` SDK.
 
-The conversation is rebuilt into content blocks on every turn. The API wants the results of one
-assistant turn's tool calls together in the next user message, before any text, so consecutive
-tool results (and a user note that follows them) are merged into one user message.
+The SDK owns the wire: authentication headers, the API version, retries with backoff and
+Retry-After, timeouts. This module only converts the conversation into content blocks and back,
+and turns the SDK's exceptions into ProviderError (see client.providers.errors).
+
+The conversation is rebuilt on every turn. The API wants the results of one assistant turn's tool
+calls together in the next user message, before any text, so consecutive tool results (and a user
+note that follows them) are merged into one user message.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx
+import anthropic
 
 from client.policy import Message, ToolCall, ToolSpec, Turn, TurnContext, Usage
-from client.providers.config import Prices, env_str, require_key, resolve_model
-from client.providers.http import JsonClient, RetryHook, RetryPolicy
+from client.providers.config import (
+    CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    Prices,
+    check_retry_options,
+    env_str,
+    require_key,
+    resolve_model,
+)
+from client.providers.errors import SdkErrors, check_base_url, to_provider_error
 
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-5"
-API_VERSION = "2023-06-01"
 
 # Cache writes cost 1.25x the input price, cache reads 0.1x (Anthropic's published multipliers).
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
+
+SDK_ERRORS = SdkErrors(anthropic.APIError, anthropic.APIStatusError, anthropic.APIConnectionError,
+                       anthropic.APITimeoutError)
 
 
 def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
@@ -71,64 +84,74 @@ def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
 
 
-def parse_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
-    """(text of the text blocks, tool_use blocks as calls); other block types (thinking) are skipped."""
+def parse_content(content: Iterable[Any] | None) -> tuple[str, tuple[ToolCall, ...]]:
+    """(text of the text blocks, tool_use blocks as calls) of the SDK's content blocks.
+
+    Other block types (thinking, server tools, types newer than the SDK) are skipped.
+    """
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in content if isinstance(content, list) else []:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            texts.append(str(block.get("text", "")))
+    for block in content or ():
+        kind = getattr(block, "type", None)
+        if kind == "text" and isinstance(getattr(block, "text", None), str):
+            texts.append(block.text)
         elif kind == "tool_use":
-            raw = block.get("input")
+            raw = getattr(block, "input", None)
             arguments = raw if isinstance(raw, dict) else {"_raw": json.dumps(raw)}
-            calls.append(ToolCall(id=str(block.get("id", "")), name=str(block.get("name", "")), arguments=arguments))
+            calls.append(ToolCall(id=str(getattr(block, "id", "") or ""), name=str(getattr(block, "name", "") or ""),
+                                  arguments=arguments))
     return "\n".join(t for t in texts if t), tuple(calls)
 
 
+def _tokens(usage: Any, field: str) -> int:
+    return int(getattr(usage, field, None) or 0)
+
+
 class AnthropicProvider:
-    """A Policy backed by Claude through the Messages API."""
+    """A Policy backed by Claude. Options: base_url, max_retries, timeout_s, prices, temperature,
+    prompt_cache, extra_body (merged into each request), extra_headers (sent with each request)."""
 
     def __init__(
         self,
         model: str | None = None,
         *,
         base_url: str | None = None,
-        max_attempts: int = 6,
-        timeout_s: float = 300.0,
-        retry: RetryPolicy | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         price_in: float | str | None = None,
         price_out: float | str | None = None,
         temperature: float | None = None,
         prompt_cache: bool = False,
         extra_body: Mapping[str, Any] | None = None,
         extra_headers: Mapping[str, str] | None = None,
-        sleep: Any = time.sleep,
-        rand: Any = random.random,
-        on_retry: RetryHook | None = None,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.name = "anthropic"
         self.model = resolve_model(model, DEFAULT_MODEL, self.name)
         key = require_key(KEY_ENV, self.name)
-        self.base_url = (base_url or env_str(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+        check_retry_options(max_retries, timeout_s, self.name)
+        self.base_url = check_base_url(base_url or env_str(BASE_URL_ENV) or DEFAULT_BASE_URL, self.name)
         self.prices = Prices.resolve(price_in, price_out)
         self.temperature = temperature
         self.prompt_cache = prompt_cache
         self.extra_body = dict(extra_body or {})
-        headers = {"x-api-key": key, "anthropic-version": API_VERSION, "accept": "application/json",
-                   **(extra_headers or {})}
-        self.http = JsonClient(self.name, self.base_url, headers,
-                               retry or RetryPolicy(max_attempts=max_attempts, timeout_s=timeout_s),
-                               secrets=(key,), sleep=sleep, rand=rand, on_retry=on_retry, transport=transport)
+        self._secrets = (key,)
+        # Every setting is passed explicitly, so the SDK reads no credentials or URLs of its own.
+        self.client = anthropic.Anthropic(
+            api_key=key,
+            base_url=self.base_url,
+            max_retries=max_retries,
+            timeout=anthropic.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
+            default_headers=dict(extra_headers or {}),
+        )
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
 
     def close(self) -> None:
-        self.http.close()
+        self.client.close()
 
     def request_body(self, context: TurnContext) -> dict[str, Any]:
+        """The arguments of messages.create for this turn (extra_body is added by the SDK on top)."""
         messages = to_anthropic_messages(context.messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": context.max_output_tokens, "messages": messages}
         if context.system:
@@ -144,23 +167,26 @@ class AnthropicProvider:
                 body["system"] = [{"type": "text", "text": context.system, "cache_control": {"type": "ephemeral"}}]
             if messages:
                 messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-        body.update(self.extra_body)
         return body
 
     def next_turn(self, context: TurnContext) -> Turn:
-        data = self.http.post("/v1/messages", self.request_body(context))
-        text, calls = parse_content(data.get("content"))
-        usage = data.get("usage") or {}
-        plain = int(usage.get("input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens") or 0)
-        read = int(usage.get("cache_read_input_tokens") or 0)
-        tokens_out = int(usage.get("output_tokens") or 0)
+        body = self.request_body(context)
+        try:
+            reply = self.client.messages.create(**body, extra_body=self.extra_body or None)
+        except SDK_ERRORS.caught as exc:
+            raise to_provider_error(exc, SDK_ERRORS, self.name, self._secrets) from None
+        text, calls = parse_content(getattr(reply, "content", None))
+        usage = getattr(reply, "usage", None)
+        plain = _tokens(usage, "input_tokens")
+        written = _tokens(usage, "cache_creation_input_tokens")
+        read = _tokens(usage, "cache_read_input_tokens")
+        tokens_out = _tokens(usage, "output_tokens")
         billed_in = plain + CACHE_WRITE_FACTOR * written + CACHE_READ_FACTOR * read
         return Turn(
             text=text,
             tool_calls=calls,
             # input_tokens counts the whole prompt, cached or not, so context size is read off it.
             usage=Usage(plain + written + read, tokens_out, self.prices.cost(billed_in, tokens_out)),
-            stop_reason=str(data.get("stop_reason") or ("tool_use" if calls else "end_turn")),
-            model=str(data.get("model") or self.model),
+            stop_reason=str(getattr(reply, "stop_reason", None) or ("tool_use" if calls else "end_turn")),
+            model=str(getattr(reply, "model", None) or self.model),
         )

@@ -1,4 +1,4 @@
-"""How a provider is configured: model name, API key and prices, from options and the environment.
+"""How a provider is configured: model name, API key, prices, and how hard its SDK tries one call.
 
 Keys come only from the environment, so they never pass through command lines, options or logs;
 a missing one is reported by the name of the variable to set.
@@ -72,3 +72,17 @@ class Prices:
 
     def cost(self, input_tokens: float, output_tokens: float) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+# How hard the SDKs try one call before the loop sees a ProviderError: six attempts (their backoff
+# grows from 0.5 s to 8 s, or follows Retry-After), each allowed five minutes for a long answer.
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_TIMEOUT_S = 300.0
+CONNECT_TIMEOUT_S = 30.0
+
+
+def check_retry_options(max_retries: int, timeout_s: float, provider: str) -> None:
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise ProviderConfigError(f"{provider}: max_retries must be an integer >= 0, got {max_retries!r}")
+    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ProviderConfigError(f"{provider}: timeout_s must be a number of seconds > 0, got {timeout_s!r}")
