@@ -29,7 +29,7 @@ from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.sandbox import Sandbox, Spawned
-from tools.timing import GRAPH_BELOW_US, summarize
+from tools.timing import GRAPH_BELOW_US, commitment, summarize
 
 TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
@@ -482,6 +482,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         batch_samples = [float(x) for x in us]
         if not all(math.isfinite(x) for x in batch_samples):
             raise Refusal("timing_mismatch", "the candidate's process reported non-finite timing samples")
+        commits = answer.header.get("commits")
+        if not isinstance(commits, list) or len(commits) != k:
+            raise Refusal("protocol_error", "the candidate's process sent no commitment to its timed reps' outputs")
         batches.append(bounds.BatchRecord(wall_us, batch_samples))
         samples.extend(batch_samples)
         # Which reps to check is decided now, after they ran: this batch's share of the checks, drawn at random
@@ -500,6 +503,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
                 for n, j in enumerate(part):
                     where = f"of timed rep {done + j + 1} (a {'graph replay' if graph else 'call'})"
+                    if commitment(outs[n * per:(n + 1) * per]) != commits[j]:
+                        raise Refusal("timing_mismatch", f"the outputs {where} are not the ones it committed to "
+                                                         "when its batch ended: they were written afterwards")
                     rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]
                     problem.refill(rep_inputs, shape, seeds[j])
                     refs = as_outputs(problem.reference(*rep_inputs))
