@@ -280,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_command_modules() -> None:
-    """Commands that live beside their capability (serve, run, ...) register on import. client.cli_report
-    comes after client.cli_run: its `status` and `report` are the ones registered under those names."""
+    """Commands that live beside their capability (serve; run and resume; status and report) register on
+    import."""
     import importlib
 
     for module in ("server.cli_serve", "client.cli_run", "client.cli_report"):

@@ -149,26 +149,29 @@ def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: 
 
 
 def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
-    from client.runs import status_data
+    from client.runs import format_status, status_data
 
     data = status_data(log, run_id)
-    report_dir = None
+    files = None
     if getattr(args, "report", None):
-        from client.report import write_report
+        from client.report import write
+        from client.report_dir import FolderTaken
 
-        out = log.path.parent / "reports" / run_id if args.report == "-" else Path(args.report)
-        report_dir = write_report(log, run_id, out)
+        out = log.path.parent / "reports" if args.report == "-" else Path(args.report)
+        try:
+            files = write(log, run_id, out)
+        except FolderTaken as exc:
+            _progress(f"marathon: report not written: {exc}")
     if getattr(args, "json", False):
-        if report_dir is not None:
-            data["report"] = str(report_dir)
+        if files is not None:
+            data["report"] = str(files.folder)
         print(json.dumps(data, indent=2, default=str))
         return
     print(format_status(data))
-    if report_dir is not None:
-        plot = report_dir / "progress.png"
-        print(f"report: {report_dir / 'report.md'}" + (f" and {plot}" if plot.exists() else ""))
+    if files is not None:
+        print(f"report: {files.markdown}" + (f" and {files.plot}" if files.plot else f" ({files.no_plot})"))
     else:
-        print(f"report: marathon report {run_id} --out DIR")
+        print(f"report: marathon report {run_id}")
 
 
 # -- run ----------------------------------------------------------------------------------------------
@@ -207,8 +210,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--call-timeout", type=float, metavar="S", help="per-call timeout of compile/profile/baseline")
     p.add_argument("--run-id", help="name the run (default PROBLEM-DATE-TIME-xxxx)")
     p.add_argument("--report", metavar="DIR", nargs="?", const="-",
-                   help="write the report (PNG + Markdown) when the run ends, to DIR (default "
-                        "$MARATHON_HOME/reports/RUN)")
+                   help="write the report (PNG + Markdown) when the run ends, to DIR/RUN/ (default "
+                        "$MARATHON_HOME/reports/RUN/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
 
@@ -255,7 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id (see `marathon status`)")
     p.add_argument("--report", metavar="DIR", nargs="?", const="-",
-                   help="write the report when the run ends, to DIR (default $MARATHON_HOME/reports/RUN)")
+                   help="write the report when the run ends, to DIR/RUN/ (default $MARATHON_HOME/reports/RUN/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
 
@@ -284,89 +287,3 @@ def cmd_resume(args: argparse.Namespace) -> int:
     spec = server_spec(dict(start.get("server") or {}), args.run, log.path.parent)
     options = loop_options(dict(start.get("options") or {}))
     return _execute(log, args.run, spec, policy, options, args, resume=True)
-
-
-# -- status -------------------------------------------------------------------------------------------
-
-def _status_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", nargs="?", help="run id (default: the newest run)")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable: run_id, state (running, interrupted, finished, failed), steps, best, ...")
-
-
-@cli.command("status", "the state of a run: running, interrupted, finished or failed; steps, best, budget")(
-    _status_args)
-def cmd_status(args: argparse.Namespace) -> int:
-    from client.runs import latest_run, status_data
-    from state import EventLog
-
-    with EventLog() as log:
-        run_id = args.run or latest_run(log)
-        if run_id is None:
-            return _fail("no runs yet (start one with `marathon run --problem NAME`)", 1)
-        try:
-            data = status_data(log, run_id)
-        except KeyError as exc:
-            return _fail(str(exc.args[0]))
-    cli.emit(data, args.json, format_status)
-    return 0
-
-
-def format_status(d: dict[str, Any]) -> str:
-    from client.runstate import fmt_us
-
-    best = d.get("best") or {}
-    if best:
-        nums = [best.get("outcome") or "?"]
-        if best.get("median_us") is not None:
-            nums.append(f"{fmt_us(best['median_us'])} us")
-        if best.get("speedup") is not None:
-            nums.append(f"{best['speedup']:.3g}x")
-        where = f"attempt #{best.get('attempt_id')}" + (f", step {best['step']}" if best.get("step") else "")
-        best_s = f"{', '.join(nums)} ({where}" + (f", {best['device']})" if best.get("device") else ")")
-    else:
-        best_s = "none yet"
-    end = f" ({d['end_state']}: {d['reason']})" if d.get("end_state") else ""
-    spend = d.get("spend") or {}
-    model = f" ({d['model']})" if d.get("model") else ""
-    of = f" of {d['budget']['steps']}" if (d.get("budget") or {}).get("steps") else ""
-    outcomes = ", ".join(f"{k} {v}" for k, v in (d.get("outcomes") or {}).items()) or "-"
-    tokens = spend.get("tokens_in", 0) + spend.get("tokens_out", 0)
-    lines = [f"run {d['run_id']}: {d['state']}{end}",
-             f"  {d['problem']}/{d['shape']}, policy {d.get('policy')}{model}",
-             f"  steps {d['steps']}{of}, turns {d['turns']}, attempts {d['attempts']}: {outcomes}",
-             f"  best: {best_s}",
-             f"  spent: {spend.get('active_s', 0) / 3600:.2f} h active, {tokens:,} tokens, "
-             f"${spend.get('cost_usd', 0):.2f}, {spend.get('compactions', 0)} compactions, "
-             f"{d.get('sessions', 1)} session(s)"]
-    if d["state"] == "interrupted":
-        lines.append(f"  continue with: marathon resume {d['run_id']}")
-    return "\n".join(lines)
-
-
-# -- report -------------------------------------------------------------------------------------------
-
-def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", nargs="?", help="run id (default: the newest run)")
-    p.add_argument("--out", metavar="DIR", help="where to write progress.png and report.md "
-                                                "(default $MARATHON_HOME/reports/RUN)")
-
-
-@cli.command("report", "a run's report: a PNG of best-so-far over time and steps, and a Markdown summary")(
-    _report_args)
-def cmd_report(args: argparse.Namespace) -> int:
-    from client.report import write_report
-    from client.runs import latest_run
-    from state import EventLog
-
-    with EventLog() as log:
-        run_id = args.run or latest_run(log)
-        if run_id is None:
-            return _fail("no runs yet", 1)
-        out = Path(args.out) if args.out else log.path.parent / "reports" / run_id
-        try:
-            folder = write_report(log, run_id, out)
-        except KeyError as exc:
-            return _fail(str(exc.args[0]))
-    print(f"{folder / 'report.md'}\n{folder / 'progress.png'}")
-    return 0
