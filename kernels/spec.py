@@ -7,6 +7,7 @@ Imports stay at torch (no numpy, no mcp, no pydantic): the GPU worker loads prob
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,13 @@ class Baseline:
     description: str
     available: Callable[[], str | None] = lambda: None
     needs_gpu: bool = False
+
+
+@functools.cache
+def refill_generator(device: torch.device) -> torch.Generator:
+    """One generator per device for a problem's refill_inputs: building one costs the host more than a draw,
+    and the refill of a timed rep must stay cheap (Problem.refill_inputs)."""
+    return torch.Generator(device=device)
 
 
 @dataclass(frozen=True)

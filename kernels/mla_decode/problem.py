@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance
+from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance, refill_generator
 
 D_LATENT = 512  # kv_lora_rank: width of the latent c_kv, also the value / output width
 D_ROPE = 64  # qk_rope_head_dim: width of the decoupled rotary part
@@ -121,16 +121,10 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
     return q.to(dtype), kv.to(dtype)
 
 
-@functools.cache
-def _generator(device: torch.device) -> torch.Generator:
-    """One generator per device for refill_inputs: building one costs the host more than the two draws."""
-    return torch.Generator(device=device)
-
-
 def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
     """A timed rep's inputs, drawn in place (two draws: cheap on the host at B = 1, where the kernel is short)."""
     q, kv = buffers
-    gen = _generator(q.device).manual_seed(seed)
+    gen = refill_generator(q.device).manual_seed(seed)
     q.normal_(0.0, INPUT_STD, generator=gen)
     kv.normal_(0.0, INPUT_STD, generator=gen)
 

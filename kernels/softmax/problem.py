@@ -6,11 +6,9 @@ write of the output is the floor, so the roofline is bandwidth.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance
+from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance, refill_generator
 
 # Every row is shifted by an offset; the offsets are spread evenly over [-ROW_OFFSET, ROW_OFFSET]
 # and shuffled. Softmax does not change, but exp() of an unshifted row overflows float32 (above
@@ -59,16 +57,10 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
     return ((x + offset[:, None]).to(dtype),)
 
 
-@functools.cache
-def _generator(device: torch.device) -> torch.Generator:
-    """One generator per device for refill_inputs: building one costs the host more than the two draws."""
-    return torch.Generator(device=device)
-
-
 def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
     """A timed rep's input, drawn in place with make_inputs' distribution (not its values)."""
     (x,) = buffers
-    gen = _generator(x.device).manual_seed(seed)
+    gen = refill_generator(x.device).manual_seed(seed)
     x.normal_(0.0, ROW_STD, generator=gen)
     rows = x.shape[0]
     spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=x.device, dtype=x.dtype)

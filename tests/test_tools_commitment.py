@@ -1,0 +1,113 @@
+"""Fresh inputs in every timed rep, and the outputs' commitment, on the CPU timed protocol (`cpu_timing`).
+
+Two properties the judge's verdict rests on, tried against candidates that patch their own harness (it runs in
+their process): no timed rep sees input values seen before, and a rep's outputs cannot be written after the
+judge has named the reps it checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels import starter_path
+from tools.pool import WorkerPool
+
+STARTER = starter_path("softmax").read_text()
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory):
+    with WorkerPool(gpus=[], root=tmp_path_factory.mktemp("workers")) as p:
+        p.warm()
+        yield p
+
+
+def timed(pool: WorkerPool, source: str) -> dict:
+    return pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
+                     "cpu_timing": True, "budget_s": 0.05}, timeout=240)
+
+
+# Wrong on purpose whenever an input repeats one seen before (keyed on four sampled values, read through a
+# strided view, no compute): every call must therefore see new values for the verdict to stay correct.
+ZEROS_ON_REPEAT = '''
+_SEEN_KEYS = set()
+
+
+def _key(x):
+    step = max(1, (x.numel() - 1) // 3)
+    return (tuple(x.shape), *torch.as_strided(x, (4,), (step,)).tolist())
+'''
+
+
+def test_no_timed_rep_sees_inputs_seen_before(pool: WorkerPool) -> None:
+    src = STARTER.replace("def entry(", ZEROS_ON_REPEAT + "\n\ndef entry(", 1)
+    src = src.replace("    rows, cols = x.shape\n", "    k = _key(x)\n    if k in _SEEN_KEYS:\n"
+                      "        return torch.zeros_like(x)\n    _SEEN_KEYS.add(k)\n    rows, cols = x.shape\n", 1)
+    assert src.count("_SEEN_KEYS") == 3
+    r = timed(pool, src)
+    assert r["correct"] is True, (r["error_class"], r["error"])
+    # Every rep was checked (small outputs), so not one of the 30 timed reps saw a repeated input.
+    assert r["verification"]["bounds"]["checked_reps"] == r["timing"]["reps"] == 30
+
+
+# The reps run a stand-in that returns garbage; when the judge fetches the reps it checks, the patched fetch
+# computes their right outputs (it kept the seeds) and writes them into the stash before sending it.
+FILL_STASH_LATE = '''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_problems = _torch.sys.modules["kernels"]
+_batch, _fetch = _Host.batch, _Host.fetch
+
+
+def _lazy_batch(self, msg):
+    seeds = [int(s) for s in msg.header.get("seeds", [])]
+    if not seeds:
+        return _batch(self, msg)
+    real, self.entry = self.entry, (lambda *inputs: _torch.empty_like(inputs[0]))
+    try:
+        answer = _batch(self, msg)
+    finally:
+        self.entry = real
+    self._late_seeds = seeds
+    return answer
+
+
+def _late_fetch(self, msg):
+    name, shape = self.rep_recipe
+    problem = _problems.get_problem(name)
+    for j in [int(s) for s in msg.header.get("slots", [])]:
+        problem.refill(self.buffers, shape, self._late_seeds[j])
+        for slot, out in zip(self.stash[j], self._outputs(self.entry(*self.buffers))):
+            slot.copy_(out)
+    return _fetch(self, msg)
+
+
+_Host.batch, _Host.fetch = _lazy_batch, _late_fetch
+'''
+
+
+def test_outputs_written_after_the_batch_break_their_commitment(pool: WorkerPool) -> None:
+    r = timed(pool, FILL_STASH_LATE + STARTER)
+    assert r["correct"] is False and r["error_class"] == "timing_mismatch", (r["error_class"], r["error"])
+    assert "committed" in r["error"]
+
+
+def test_a_patched_harness_that_drops_the_commitments_is_a_protocol_error(pool: WorkerPool) -> None:
+    src = ('''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_batch = _Host.batch
+
+
+def _no_commit(self, msg):
+    answer = _batch(self, msg)
+    answer.pop("commits", None)
+    return answer
+
+
+_Host.batch = _no_commit
+''' + STARTER)
+    r = timed(pool, src)
+    assert r["correct"] is False and r["error_class"] == "protocol_error", (r["error_class"], r["error"])
