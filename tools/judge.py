@@ -246,6 +246,12 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
 
     phases: dict[str, float] = {}
     result["phases"] = phases
+    timing_plan = None
+    if timed:
+        t0 = time.perf_counter()
+        worker.progress("calibrating the timed reps")
+        timing_plan = plan_timing(worker, problem, shape)
+        phases["calibration_s"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
     session = Session(worker.sandbox, worker.sandbox.spawn(source_sha(source), source), deadline)
     result["notes"] = session.notes
@@ -276,7 +282,8 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
                                                 "reason": "no GPU: kernels ran under the interpreter"},
                                      "note": "correctness checked by the judge; verified needs a GPU timing and "
                                              "census"}}
-        session_timing = _time_candidate(worker, problem, shape, session, graph_mode, job)
+        assert timing_plan is not None
+        session_timing = _time_candidate(worker, problem, shape, session, graph_mode, job, timing_plan)
         phases["timing_s"] = round(time.perf_counter() - t0, 4)
         phases["timed_loop_s"] = round(session_timing["timing_loop"]["wall_s"], 4)
     except Refusal as r:
@@ -371,19 +378,68 @@ def _diagnostic_times(raw: Any) -> dict[str, float] | None:
     return {str(k)[:32]: float(v) for k, v in list(raw.items())[:8] if isinstance(v, (int, float))}
 
 
-def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session, graph_mode: Any,
-                    job: dict[str, Any]) -> dict[str, Any]:
-    """Timed reps in the candidate's process, every batch bracketed here and a sample of reps checked here."""
+@dataclass
+class TimingPlan:
+    """What the timed reps need from the judge, prepared before the candidate's process exists.
+
+    The calibration of a rep's untimed work is the figure the bracket subtracts from every batch. Measured
+    while a candidate's process is alive, it could be inflated by that process loading the GPU only then
+    (it can tell: it waits for the judge's next request), to buy itself slack; so it is measured here, before
+    the spawn, for both timing modes, and the reference of the set-up inputs with it.
+    """
+
+    seed: int
+    inputs: Any
+    refs: tuple[Any, ...]
+    reference_s: float
+    out_shapes: list[tuple[tuple[int, ...], Any]]
+    out_bytes: int
+    per_batch: int
+    overhead_us: dict[bool, float]  # by graph mode
+    flush_bytes: int
+
+
+def plan_timing(worker: Any, problem: Problem, shape: str) -> TimingPlan:
     torch = worker.torch
     device = worker.device
     if worker.cuda:
-        calib = worker.ensure_timer()
+        calib: Any = worker.ensure_timer()
     else:
         from tools.timing import WallCalibration
 
         calib = WallCalibration()
+    seed = secrets.randbits(31)
+    t0 = time.perf_counter()
+    inputs = problem.inputs(shape, seed, device)
+    refs = as_outputs(problem.reference(*inputs))
+    if worker.cuda:
+        torch.cuda.synchronize()
+    reference_s = time.perf_counter() - t0
+    # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
+    # candidate's: its claims would set the overhead the bracket subtracts.
+    out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
+                  for name, r in zip(problem.output_names, refs)]
+    out_bytes = sum(r.numel() * torch.empty((), dtype=dtype).element_size() for r, (_, dtype) in zip(refs, out_shapes))
+    per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
+
+    def calibrate(graph: bool) -> float:
+        return float(calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
+                                       inputs, out_shapes, slots=per_batch, graph=graph))
+
+    modes = (False, True) if worker.cuda else (False,)
+    calibrate(modes[-1])  # raises the clocks from idle; not kept
+    overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
+    return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
+                      int(calib.flush_bytes))
+
+
+def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session, graph_mode: Any,
+                    job: dict[str, Any], plan: TimingPlan) -> dict[str, Any]:
+    """Timed reps in the candidate's process, every batch bracketed here and a sample of reps checked here."""
+    torch = worker.torch
+    device = worker.device
+    if not worker.cuda:
         graph_mode = False  # no graphs off a GPU
-    setup_seed = secrets.randbits(31)
     if graph_mode == "auto":
         worker.progress("pilot timing")
         generate = {"problem": problem.name, "shape": shape, "seed": secrets.randbits(31)}
@@ -396,16 +452,11 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         pilot = None
         graph = bool(graph_mode)
 
-    t0 = time.perf_counter()
-    setup_inputs = problem.inputs(shape, setup_seed, device)
-    setup_refs = as_outputs(problem.reference(*setup_inputs))
-    if worker.cuda:
-        torch.cuda.synchronize()
-    reference_s = time.perf_counter() - t0
+    setup_inputs, setup_refs, out_shapes = plan.inputs, plan.refs, plan.out_shapes
     worker.progress("timing: capture" if graph else "timing: warm-up")
     answer = session.request({"op": "time_setup", "generate": {"problem": problem.name, "shape": shape,
-                                                               "seed": setup_seed},
-                              "graph": graph, "flush_bytes": calib.flush_bytes}, timeout=CALL_TIMEOUT_S)
+                                                               "seed": plan.seed},
+                              "graph": graph, "flush_bytes": plan.flush_bytes}, timeout=CALL_TIMEOUT_S)
     if not answer.header.get("ok"):
         _raise_error(answer.header)
     if answer.header.get("checksums") != wire.checksums(setup_inputs):
@@ -414,27 +465,15 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                                         "than the judge does")
     if answer.header.get("graph") is not graph:
         raise Refusal("protocol_error", "the candidate's process did not take the timing mode the judge chose")
-    # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
-    # candidate's: its claims would set the overhead the bracket subtracts.
-    out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
-                  for name, r in zip(problem.output_names, setup_refs)]
     expected = [{"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")} for shape, dtype in out_shapes]
     claimed = answer.header.get("outputs")
     if not isinstance(claimed, list) or [{"shape": c.get("shape"), "dtype": c.get("dtype")} if isinstance(c, dict)
                                          else None for c in claimed] != expected:
         raise Refusal("wrong_output", "the outputs of the timed calls differ in number, shape or dtype from what "
                                       "the problem asks for")
-    out_bytes = sum(r.numel() * torch.empty((), dtype=dtype).element_size()
-                    for r, (_, dtype) in zip(setup_refs, out_shapes))
-    per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
-
-    def calibrate() -> float:
-        return calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
-                                 setup_inputs, out_shapes, slots=per_batch, graph=graph)
-
-    overheads = [calibrate()]
-    per_rep_guess = overheads[0] + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot)
-                                    else 50.0)
+    out_bytes, per_batch, reference_s = plan.out_bytes, plan.per_batch, plan.reference_s
+    overhead = plan.overhead_us[graph]
+    per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
     reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0)))) if worker.cuda else 30
     n_batches = math.ceil(reps / per_batch)
@@ -518,9 +557,6 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     while len(empty_walls) < EMPTY_BATCHES:  # those drawn after the last real batch
         empty_batch()
     wall_s = time.perf_counter() - wall_start
-    # Calibrated again after the loop, and the two averaged: the GPU's clocks move over a profile.
-    overheads.append(calibrate())
-    overhead = statistics.fmean(overheads)
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
