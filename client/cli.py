@@ -200,6 +200,10 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", choices=["auto", "on", "off"], default="auto",
                    help="time CUDA-graph replays (auto: when a call takes under 200 us)")
     p.add_argument("--baseline", help="baseline to time against (default: the problem's first available)")
+    # No `choices`: the service checks the value, so the CLI's answer to a bad one is the MCP tool's.
+    p.add_argument("--l2", default="cold", metavar="{cold,warm}",
+                   help="L2 state before each timed rep, the baseline's too: cold (default) flushes it; warm does not "
+                        "(warm timings are not verified and never become a best)")
     p.add_argument("--timeout", type=float, help="seconds before the job is stopped (default 600)")
     p.add_argument("--ncu", action="store_true",
                    help="also run the candidate under Nsight Compute (where ncu exists) and report its kernel time")
@@ -214,7 +218,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     try:
         report = svc.profile(args.problem, source, args.shape, client={"name": "marathon-cli"},
                              progress=None if args.json else stderr_progress, graph=graph,
-                             baseline=args.baseline, timeout=args.timeout, ncu=args.ncu)
+                             baseline=args.baseline, timeout=args.timeout, ncu=args.ncu, l2=args.l2)
     finally:
         svc.close()
     emit(report, args.json, text.profile_text)

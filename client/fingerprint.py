@@ -39,7 +39,9 @@ def fingerprint(source: str) -> str:
 # A profile of a source already profiled (same problem, shape and options) is answered from the log:
 # a new profile would only repeat the verdict. compile is cheap and cached by the server, and a
 # compile asking for the assembly wants text the log does not keep, so it always goes through.
-PROFILE_OPTIONS: tuple[str, ...] = ("graph", "baseline")
+PROFILE_OPTIONS: tuple[str, ...] = ("graph", "baseline", "l2")
+# An option's default, which keys as if it were not given (so keys logged before the option existed still match).
+OPTION_DEFAULTS: dict[str, Any] = {"l2": "cold"}
 
 
 def attempt_key(tool: str, args: dict[str, Any], fp: str | None = None) -> str | None:
@@ -47,5 +49,6 @@ def attempt_key(tool: str, args: dict[str, Any], fp: str | None = None) -> str |
     if tool != "profile" or not isinstance(args.get("source"), str) or not isinstance(args.get("problem"), str):
         return None
     fp = fp or fingerprint(args["source"])
-    options = ",".join(f"{k}={args.get(k)!r}" for k in PROFILE_OPTIONS if args.get(k) is not None)
+    options = ",".join(f"{k}={args.get(k)!r}" for k in PROFILE_OPTIONS
+                       if args.get(k) is not None and args.get(k) != OPTION_DEFAULTS.get(k))
     return f"{args['problem']}|{args.get('shape') or 'bench'}|{fp}|{options}"

@@ -41,6 +41,7 @@ from server import models
 from server import text as summaries
 from server.calls import Caller, caller_of, new_process_session, run_blocking
 from server.service import Service, UnknownInput
+from tools.timing import L2_REGIMES
 
 log = logging.getLogger("marathon.server")
 
@@ -63,6 +64,12 @@ ProblemArg = Annotated[str, Field(description="problem name (see list_problems),
 ShapeArg = Annotated[str | None, Field(description="shape name; default 'bench' (the timed one)")]
 SourceArg = Annotated[str, Field(description="the whole candidate file: Python defining entry(*inputs), "
                                              "which launches @triton.jit kernels and returns the output(s)")]
+# The schema lists the regimes; the value is checked by the service (Service.check_l2), the one place every
+# surface shares, so a bad one gets the CLI's answer here too.
+L2Arg = Annotated[str, Field(description="L2 state before each timed rep, the baseline's too: 'cold' (default) "
+                                         "flushes it (512 MB read); 'warm' does not, so the inputs are in L2 as "
+                                         "their refill left them. Warm timings are not verified and never become "
+                                         "a best", json_schema_extra={"enum": list(L2_REGIMES)})]
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
@@ -210,6 +217,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                                                                            "stopped (default 600)")] = None,
         ncu: Annotated[bool, Field(description="also run the candidate under Nsight Compute (where ncu "
                                                "exists): per-kernel time, DRAM and SM throughput")] = False,
+        l2: L2Arg = "cold",
     ) -> Annotated[CallToolResult, models.ProfileResult]:
         """Check the candidate against the reference on fresh random inputs (several trials, the given
         shape and small odd shapes), then time it interleaved with the baseline on the GPU.
@@ -226,7 +234,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                     _check_baseline(service, problem, baseline)
                 return service.profile(problem, source, shape, run_id=c.run_id, client=c.client(),
                                        call_id=c.call_id, progress=progress, cancel=cancel, graph=graph,
-                                       baseline=baseline, timeout=timeout_s, ncu=ncu)
+                                       baseline=baseline, timeout=timeout_s, ncu=ncu, l2=l2)
 
             report = await run_blocking(ctx, "profile", work, beat)
             _internal("profile", report)

@@ -13,7 +13,7 @@ infinite error reads as "no number"; the error text says why).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -145,11 +145,15 @@ class HotspotsResult(Open):
 
 # -- profile -----------------------------------------------------------------------------------------
 
+L2_DESCRIPTION = "the L2 state before each rep: 'cold' (flushed) or 'warm' (not flushed)"
+
+
 class Timing(Open):
     median_us: float
     spread_pct: float | None = Field(None, description="interquartile range as a share of the median")
     mode: str | None = Field(None, description="'cuda_graph' (CUDA-graph replays) or 'eager'")
     reps: int | None = None
+    l2: Literal["cold", "warm"] | None = Field(None, description=L2_DESCRIPTION)
 
 
 class BaselineTiming(Open):
@@ -157,6 +161,7 @@ class BaselineTiming(Open):
     median_us: float | None = None
     age_s: float | None = Field(None, description="seconds since this worker timed the baseline (re-used while "
                                                   "fresh; 0 when timed for this profile)")
+    l2: Literal["cold", "warm"] | None = Field(None, description=L2_DESCRIPTION + ", as the candidate's")
     error: str | None = None
 
 

@@ -60,8 +60,8 @@ def profile_text(r: dict[str, Any]) -> str:
         lines.append(f"  max relative error {_num(r['max_rel_err'], '.2e')}{trials}{' at ' + shapes if shapes else ''}")
     t = r.get("timing")
     if t:
-        lines.append(f"  time {_num(t.get('median_us'), '.2f')} us median ({t.get('mode')}, {t.get('reps')} reps, "
-                     f"IQR {_num(t.get('spread_pct'), '.1f')}%)")
+        lines.append(f"  time {_num(t.get('median_us'), '.2f')} us median ({t.get('mode')}, "
+                     f"L2 {t.get('l2') or 'cold'}, {t.get('reps')} reps, IQR {_num(t.get('spread_pct'), '.1f')}%)")
         b = r.get("baseline") or {}
         if b.get("median_us"):
             lines.append(f"  baseline {b.get('name')}: {_num(b['median_us'], '.2f')} us -> speedup "

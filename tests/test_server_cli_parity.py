@@ -60,3 +60,39 @@ def test_instructions_by_line_over_mcp_and_over_the_cli_agree(marathon_home: Pat
     assert code == 0 and mcp["ok"]
     (cli_kernel,), (mcp_kernel,) = cli["kernels"], mcp["kernels"]
     assert cli_kernel["lines"] and mcp_kernel["lines"] == cli_kernel["lines"]  # "global" keeps its name
+
+
+def test_a_bad_l2_gets_the_same_answer_from_the_service_the_cli_and_mcp(marathon_home: Path) -> None:
+    """The service checks the regime, once, before anything is logged or run; the CLI and the MCP tool pass the
+    value through, so all three give its message."""
+    from server.service import UnknownInput
+    from state import EventLog
+
+    service = Service()
+    try:
+        with pytest.raises(UnknownInput) as refused:
+            service.profile("softmax", STARTER, l2="hot")
+    finally:
+        service.close()
+    message = str(refused.value)
+    assert "'hot'" in message and "cold, warm" in message
+
+    path = marathon_home / "candidate.py"
+    path.write_text(STARTER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(marathon_home)}
+    proc = subprocess.run([sys.executable, "-m", "client.cli", "profile", str(path), "--problem", "softmax",
+                           "--l2", "hot", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"marathon: {message}\n", proc.stderr
+
+    service = Service()
+    try:
+        async def main() -> Any:
+            async with Client(build_app(service)) as c:
+                return await c.call_tool("profile", {"problem": "softmax", "source": STARTER, "l2": "hot"})
+
+        result = anyio.run(main)
+    finally:
+        service.close()
+    assert result.is_error and message in result.content[0].text, result.content
+    with EventLog() as log:
+        assert not log.events(kinds=["tool.intent"], limit=5), "a refused value was logged as a call"

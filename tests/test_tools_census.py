@@ -51,3 +51,41 @@ def test_a_library_kernel_under_a_name_the_candidate_defined_is_still_refused() 
 def test_a_function_decorated_by_something_other_than_triton_is_not_a_kernel() -> None:
     source = "import torch\n\n\n@torch.jit.script\ndef fake(x):\n    return x\n\n\ndef entry(x):\n    return x\n"
     assert kernel_names(source) == set()
+
+
+def test_the_census_durations_read_from_the_same_csv() -> None:
+    from tools.ncu import summarize_csv
+
+    s = summarize_csv(CSV, calls=2)
+    assert s is not None
+    # Per call: (3.104 + 3.872 + 4.032 + 7.616) us over the two census calls (median per kernel x launches).
+    assert abs(s["gpu_time_us_per_call"] - (3.104 + 2 * 3.952 + 7.616) / 2) < 1e-9
+
+
+def test_census_outputs_are_checked_against_the_reference() -> None:
+    import torch
+
+    from kernels import get_problem
+    from kernels.spec import as_outputs
+    from tools.census import _wrong_outputs
+
+    problem = get_problem("softmax")
+    inputs = problem.inputs("small", 3, "cpu")
+    right = list(as_outputs(problem.reference(*inputs)))
+    assert _wrong_outputs(problem, inputs, [r.to(torch.float32) for r in right]) is None
+    assert "output 'out'" in (_wrong_outputs(problem, inputs, [torch.zeros_like(right[0])]) or "")
+    assert _wrong_outputs(problem, inputs, None) == "missing or not plain tensors"
+    assert _wrong_outputs(problem, inputs, [right[0], right[0]]) == "missing or not plain tensors"
+
+
+def test_a_cold_median_far_below_its_kernels_under_ncu_is_refused() -> None:
+    from server.service import CENSUS_TIME_RATIO, _faster_than_its_kernels
+
+    census = {"status": "passed", "kernel_us_per_call": 20.0}
+    assert _faster_than_its_kernels({"timing": {"median_us": 19.5}}, census) is None
+    assert _faster_than_its_kernels({"timing": {"median_us": 20.0 * CENSUS_TIME_RATIO * 1.01}}, census) is None
+    why = _faster_than_its_kernels({"timing": {"median_us": 2.0}}, census)
+    assert why is not None and "under-report" in why
+    # Warm timings and censuses without durations (older log entries) are not compared.
+    assert _faster_than_its_kernels({"timing": {"median_us": 2.0, "l2": "warm"}}, census) is None
+    assert _faster_than_its_kernels({"timing": {"median_us": 2.0}}, {"status": "passed"}) is None

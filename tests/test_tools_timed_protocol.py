@@ -90,3 +90,84 @@ def test_a_median_pushed_down_while_the_sum_fits_the_wall_is_refused(pool: Worke
     r = timed(pool, PATCH_MEDIAN + STARTER)
     assert r["correct"] is False and r["error_class"] == "timing_mismatch", r
     assert "median" in r["error"]
+
+
+# -- the L2 regimes (--l2 cold | warm) ------------------------------------------------------------------------
+
+# Reports, from inside the candidate's process, what its timed reps were set up with: the flush the judge asked
+# for and whether a flush buffer exists there at all.
+REPORT_FLUSH = '''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_setup = _Host.time_setup
+
+
+def _reporting(self, msg):
+    answer = _setup(self, msg)
+    print(f"flush_bytes={msg.header.get('flush_bytes')} buffer={self.flush_buf is not None}", flush=True)
+    return answer
+
+
+_Host.time_setup = _reporting
+'''
+
+
+@pytest.mark.parametrize(("l2", "flush"), [("cold", "flush_bytes=1048576 buffer=True"),
+                                           ("warm", "flush_bytes=0 buffer=False")])
+def test_a_profile_times_in_the_l2_regime_it_asked_for(pool: WorkerPool, l2: str, flush: str) -> None:
+    """A warm profile's reps run with no flush at all (no buffer, nothing launched); its report says which
+    regime it ran in; and its timed loop ran in full, every rep checked, within the bracket."""
+    source = f"# timed {l2}\n" + REPORT_FLUSH + STARTER  # its own source: no process kept from another regime
+    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source, "cpu_timing": True,
+                  "budget_s": 0.05, "l2": l2}, timeout=240)
+    assert r["correct"] is True, (r["error_class"], r["error"])
+    assert r["timing"]["l2"] == l2
+    assert flush in r["output_tail"] and r["output_tail"].count("flush_bytes=") == 1, r["output_tail"]
+    loop = r["timing_loop"]
+    assert loop["reps"] == r["timing"]["reps"] == 30 and loop["batches"] >= 1 and loop["checked_reps"] == 30
+    assert r["verification"]["bounds"]["bracket"]["ok"]
+
+
+def test_no_flush_bytes_means_no_buffer_and_nothing_launched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm regime's flush is a no-op in fact: no buffer is made and no reduction runs, and no spin is asked
+    of torch for zero cycles."""
+    import torch
+
+    from tools.timing import Timer, flush_buffers, gpu_spin, l2_flush
+
+    def launched(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a kernel was launched")
+
+    assert flush_buffers(0, "cpu") == (None, None)
+    monkeypatch.setattr(torch, "sum", launched)
+    monkeypatch.setattr(torch.cuda, "_sleep", launched)
+    l2_flush(None, None)
+    gpu_spin(0)
+    Timer(device="cpu", flush_bytes=0)._flush()
+    with pytest.raises(AssertionError, match="launched"):  # the patch does catch a flush that runs
+        Timer(device="cpu", flush_bytes=4096)._flush()
+
+
+def test_each_regime_has_its_own_calibration_and_baseline_timing() -> None:
+    """The bracket subtracts a rep's untimed work as the reps of this regime run it, and a warm candidate is
+    compared with a warm baseline: neither figure is re-used across regimes."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernels import get_problem
+    from tools import judge
+
+    problem = get_problem("softmax")
+    worker = SimpleNamespace(torch=torch, device="cpu", cuda=False, calibrations={}, baselines={}, parked=None)
+    cold, warm = (judge.plan_timing(worker, problem, "small", l2) for l2 in ("cold", "warm"))
+    assert (cold.l2, cold.flush_bytes, warm.l2, warm.flush_bytes) == ("cold", 1 << 20, "warm", 0)
+    assert len(worker.calibrations) == 2
+
+    base = problem.baselines[0]
+    key = judge._baseline_key(problem, "small", base, False, {"l2": "cold"})
+    worker.baselines[key] = (time.monotonic(), {"median_us": 7.0, "l2": "cold"})
+    assert judge._held_baseline(worker, problem, "small", base, False, {"l2": "cold"})["l2"] == "cold"
+    assert judge._held_baseline(worker, problem, "small", base, False, {"l2": "warm"}) is None

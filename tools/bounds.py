@@ -28,9 +28,9 @@ CEILING_MARGIN = 1.25
 LATENCY_JITTER_US = 300.0
 PER_REP_SLACK_US = 4.0
 RELATIVE_SLACK = 0.08
-# The judge's calibration of a rep's untimed work runs in its own process, seconds apart from the reps
-# (before the candidate's process starts, so that it cannot inflate it): clocks and placement move it by a few percent of itself (an honest
-# softmax at bench showed +5% on the H200, MLA at B = 1 +10% while its reps were host-bound).
+# The judge's calibration of a rep's untimed work runs in its own process, apart from the reps (before the
+# candidate's process starts, so that it cannot inflate it): clocks and placement move it by a few percent of
+# itself (an honest softmax at bench showed +5% on the H200, MLA at B = 1 +10% while its reps were host-bound).
 OVERHEAD_SLACK = 0.04
 # Under the CPU interpreter the reps are timed by the wall clock of a shared machine (a protocol test, never a
 # figure): only gross under-reporting is meant to show there.

@@ -10,12 +10,14 @@ Requests (tools.wire frames):
 - call: entry(*inputs) under the guard, on inputs sent or generated here from the judge's seed; the outputs
   go back;
 - pilot: a rough eager time per call (it only picks the timing mode);
+- ping: alive (asked before a kept process is reused);
+- release: drop the timing state (the judge keeps the process for a repeat profile of the same source);
 - time_setup / batch / fetch / done: the timed reps. Each rep regenerates its inputs from a seed of the judge's
-  into the same buffers (values never seen before, so no output can be cached), an L2 flush, CUDA events around
-  each call (a graph replay, or entry() itself), each rep's outputs copied to a stash slot; the judge picks
-  which slots to check only after the batch has run, so a rep cannot know whether it will be checked. Timed
-  reps run without the guard (its host overhead would land in the timed region); so does the judge's kernel
-  census, so both see the candidate as it runs when timed.
+  into the same buffers (values never seen before, so no output can be cached), an L2 flush (or, warm, a GPU
+  spin in its place), CUDA events around each call (a graph replay, or entry() itself), each rep's outputs
+  copied to a stash slot; the judge picks which slots to check only after the batch has run, so a rep cannot
+  know whether it will be checked. Timed reps run without the guard (its host overhead would land in the timed
+  region); so does the judge's kernel census, so both see the candidate as it runs when timed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
-from tools.timing import commit_outputs, flush_buffers, l2_flush
+from tools.timing import commit_outputs, flush_buffers, gpu_spin, l2_flush
 
 REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
@@ -81,6 +83,7 @@ class Host:
         self.stash: list[tuple[Any, ...]] = []
         self.flush_buf: Any = None
         self.flush_sink: Any = None
+        self.spin_cycles = 0
         self.events: list[tuple[Any, Any]] = []
         self.out_specs: list[dict[str, Any]] = []
         self.last_checksums: list[Any] | None = None
@@ -203,7 +206,8 @@ class Host:
 
     def time_setup(self, msg: wire.Message) -> dict[str, Any]:
         """The buffers every timed rep works in, filled from the judge's first seed, warmed up and (when asked)
-        captured as a graph; the L2 flush; and the recipe each rep regenerates its inputs with."""
+        captured as a graph; the L2 flush, or the spin the judge asks for in its place (a spin only on a GPU); and
+        the recipe each rep regenerates its inputs with."""
         torch = self.torch
         generate = msg.header.get("generate")
         setup_checksums = None
@@ -215,6 +219,7 @@ class Host:
             values = self._inputs(msg)
         self.buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
         self.flush_buf, self.flush_sink = self._flush_buffers(int(msg.header.get("flush_bytes", FLUSH_BYTES)))
+        self.spin_cycles = int(msg.header.get("spin_cycles", 0)) if self.cuda else 0
         self.stash = []
         self.graph = None
         try:
@@ -256,7 +261,7 @@ class Host:
             s.copy_(o)
 
     def batch(self, msg: wire.Message) -> dict[str, Any]:
-        """Timed reps, one per seed: fresh inputs from the seed written into the buffers, the L2 flush, the call
+        """Timed reps, one per seed: fresh inputs from the seed written into the buffers, the L2 flush or spin, the call
         between two events, a commitment to its outputs (tools.timing.commit_outputs), its outputs stashed.
         Every rep's values are new, so no output can be cached."""
         from kernels import get_problem
@@ -273,6 +278,7 @@ class Host:
             for j, seed in enumerate(seeds):
                 problem.refill(self.buffers, shape, seed)
                 l2_flush(self.flush_buf, self.flush_sink)
+                gpu_spin(self.spin_cycles)
                 start, end = events[j]
                 start.record()
                 if self.graph is not None:
@@ -287,6 +293,14 @@ class Host:
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
         return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events], "commits": commits.tolist()}
+
+    def release(self) -> dict[str, Any]:
+        """Drop the timing state (stash, graph, buffers) while the judge keeps this process for a repeat."""
+        self.stash, self.graph, self.graph_outputs, self.buffers = [], None, (), []
+        self.flush_buf = self.flush_sink = None
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+        return {"ok": True}
 
     def fetch(self, msg: wire.Message) -> None:
         slots = [int(j) for j in msg.header.get("slots", [])]
@@ -329,6 +343,10 @@ def serve(sock: socket.socket, path: Path) -> None:
             elif op == "fetch":
                 host.fetch(msg)
                 answer = None
+            elif op == "release":
+                answer = host.release()
+            elif op == "ping":
+                answer = {"ok": True}
             elif op == "done":
                 return
             else:

@@ -29,7 +29,7 @@ from typing import Any
 from tools.candidate import source_sha
 from tools.environment import project_root, scrubbed_env
 from tools.guard import kernel_names
-from tools.ncu import find_ncu
+from tools.ncu import find_ncu, summarize_csv
 from tools.sandbox import triton_cache_of
 
 CENSUS_TIMEOUT_S = 300.0
@@ -114,11 +114,17 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
             return {"ok": False, "status": "failed",
                     "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
         target_rc = (work / "rc").read_text().strip() if (work / "rc").exists() else None
+        outputs = _load_outputs(work / "outputs.pt") if target_rc == "0" else None
     kernels = parse_kernel_names(proc.stdout)
     if target_rc != "0":
         tail = (proc.stderr or proc.stdout)[-1500:]
         return {"ok": False, "status": "failed", "kernels": [],
                 "reason": f"the candidate did not complete its census calls (exit {proc.returncode}): {tail}"}
+    wrong = _wrong_outputs(problem, inputs, outputs)
+    if wrong:
+        return {"ok": False, "status": "refused", "kernels": [],
+                "reason": f"the census run's outputs were not the problem's answer ({wrong}): it did other work "
+                          "under the profiler than in its checks"}
     rows, refused = classify(kernels, kernel_names(source))
     if not any(r["verdict"] == "candidate's Triton kernel" for r in rows):
         return {"ok": False, "status": "refused", "kernels": rows,
@@ -127,7 +133,36 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "status": "refused", "kernels": rows,
                 "reason": "entry() ran kernels that are not the candidate's Triton kernels (torch compute or a "
                           "kernel library): " + "; ".join(n[:120] for n in refused[:5])}
-    return {"ok": True, "status": "passed", "kernels": rows, "calls": CALLS}
+    durations = summarize_csv(proc.stdout, calls=CALLS)
+    kernel_us = durations.get("gpu_time_us_per_call") if durations else None
+    return {"ok": True, "status": "passed", "kernels": rows, "calls": CALLS, "kernel_us_per_call": kernel_us}
+
+
+def _load_outputs(path: Path) -> list[Any] | None:
+    import torch
+
+    try:
+        loaded = torch.load(path, weights_only=True)  # tensors only: the file was written by candidate code
+    except Exception:
+        return None
+    return loaded if isinstance(loaded, list) else None
+
+
+def _wrong_outputs(problem: Any, inputs: Any, outputs: list[Any] | None) -> str | None:
+    """Why the census run's outputs are not right for its inputs, or None when they are."""
+    import torch
+
+    from kernels.spec import as_outputs, compare
+
+    if outputs is None or len(outputs) != len(problem.output_names) or \
+            not all(type(o) is torch.Tensor for o in outputs):
+        return "missing or not plain tensors"
+    refs = as_outputs(problem.reference(*inputs))
+    for name, out, ref in zip(problem.output_names, outputs, refs):
+        verdict = compare(out.to(ref.device), ref, problem.tolerance_for(name))
+        if not verdict["ok"]:
+            return f"output '{name}': {verdict['reason']}"
+    return None
 
 
 def _target(spec_path: str) -> int:
@@ -146,9 +181,14 @@ def _target(spec_path: str) -> int:
     from tools.candidate import load_candidate
 
     module = load_candidate(work / "candidate.py")
+    outs = None
     for _ in range(CALLS):
-        module.entry(*inputs)
+        outs = module.entry(*inputs)
     torch.cuda.synchronize()
+    # The last call's outputs, for the judge to check: a census run must do the real work, or the kernels it
+    # shows (and their durations) would be those of a stand-in.
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    torch.save([o.detach().cpu() if isinstance(o, torch.Tensor) else None for o in outs], work / "outputs.pt")
     rc_file.write_text("0")
     return 0
 

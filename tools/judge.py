@@ -42,6 +42,7 @@ MAX_BATCH = 256
 CHECK_BYTES = 768 << 20  # outputs fetched and compared over a profile's timed reps: about 1 s of transfers
 MIN_CHECKS, MAX_CHECKS = 6, 256  # a rep that skips its work half the time survives 6 checks with p = 1/64
 BASELINE_FRESH_S = 600.0  # a baseline timing this young is re-used (tools.judge._time_baseline)
+CALIBRATION_FRESH_S = 600.0  # likewise the calibration of a rep's untimed work, per problem and shape
 REFERENCE_BUDGET_S = 1.5  # references computed for the checked timed reps, beyond MIN_CHECKS of them
 EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, synchronise)
 VERIFICATION = "judge:v1"
@@ -243,6 +244,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     plan = check_plan(worker.cuda, problem, shape, timed=bool(timed))
     result: dict[str, Any] = {**base, "shapes_checked": sorted({s for s, _ in plan})}
     graph_mode = job.get("graph", "auto")
+    l2 = job_l2(job)
 
     phases: dict[str, float] = {}
     result["phases"] = phases
@@ -250,16 +252,24 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     if timed:
         t0 = time.perf_counter()
         worker.progress("calibrating the timed reps")
-        timing_plan = plan_timing(worker, problem, shape)
+        timing_plan = plan_timing(worker, problem, shape, l2)
         phases["calibration_s"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
-    session = Session(worker.sandbox, worker.sandbox.spawn(source_sha(source), source), deadline)
+    sha = source_sha(source)
+    reused = take_parked(worker, sha)
+    if reused is not None:
+        session = reused
+        session.deadline, session.calls, session.notes = deadline, 0, []
+    else:
+        session = Session(worker.sandbox, worker.sandbox.spawn(sha, source), deadline)
     result["notes"] = session.notes
+    result["candidate_process"] = "reused" if reused is not None else "fresh"
     try:
-        worker.progress("loading candidate")
-        answer = session.request({"op": "load"}, timeout=LOAD_TIMEOUT_S)
-        if not answer.header.get("ok"):
-            _raise_error(answer.header)
+        if reused is None:
+            worker.progress("loading candidate")
+            answer = session.request({"op": "load"}, timeout=LOAD_TIMEOUT_S)
+            if not answer.header.get("ok"):
+                _raise_error(answer.header)
         phases["spawn_load_s"] = round(time.perf_counter() - t0, 4)
         t0 = time.perf_counter()
         worst, trials = _check(worker, problem, plan, session)
@@ -267,7 +277,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         result.update(max_rel_err=worst, trials=trials)
         if not timed:
-            session.close()
+            park(worker, session, sha)
             result.update(session.output())
             note = ("no GPU: correctness was checked under the Triton interpreter at the small check shapes "
                     f"({', '.join(result['shapes_checked'])}); no timing was taken") if not worker.cuda \
@@ -301,12 +311,16 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         session.close()  # nothing it started may outlive the job, whatever went wrong here
         raise
     t0 = time.perf_counter()
-    status = session.close()
+    must_time_baseline = baseline is not None and why_not is None and \
+        _held_baseline(worker, problem, shape, baseline, session_timing["graph"], job) is None
+    # A baseline is timed only while no candidate process exists: the process is reaped then, else kept for a
+    # repeat profile of the same source.
+    status = session.close() if must_time_baseline else park(worker, session, sha)
     result.update(session.output())
     phases["reap_s"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
 
-    # The baseline, timed while no candidate process exists (the one above is dead and reaped).
+    # The baseline, timed while no candidate process exists (the one above is dead and reaped), or re-used.
     out_baseline: dict[str, Any] | None = None
     if baseline is not None and why_not is None:
         worker.progress("timing the baseline")
@@ -397,17 +411,30 @@ class TimingPlan:
     per_batch: int
     overhead_us: dict[bool, float]  # by graph mode
     flush_bytes: int
+    spin_cycles: int = 0
+    l2: str = "cold"
 
 
-def plan_timing(worker: Any, problem: Problem, shape: str) -> TimingPlan:
+def job_l2(job: dict[str, Any]) -> str:
+    """The L2 regime a job asks for. The service validated it (the one place a caller's value is checked); a job
+    that names another regime fails where the regime is looked up (tools.timing.L2_REGIMES), never silently."""
+    return str(job.get("l2") or "cold")
+
+
+def calibration(worker: Any, l2: str) -> Any:
+    """The judge's instruments for the regime `l2`: the GPU's calibration (the ceilings measured with it), or the
+    wall-clock one under the CPU interpreter."""
+    if worker.cuda:
+        return worker.ensure_timer().in_regime(l2)
+    from tools.timing import WallCalibration
+
+    return WallCalibration(l2)
+
+
+def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> TimingPlan:
     torch = worker.torch
     device = worker.device
-    if worker.cuda:
-        calib: Any = worker.ensure_timer()
-    else:
-        from tools.timing import WallCalibration
-
-        calib = WallCalibration()
+    calib = calibration(worker, l2)
     seed = secrets.randbits(31)
     t0 = time.perf_counter()
     inputs = problem.inputs(shape, seed, device)
@@ -426,11 +453,18 @@ def plan_timing(worker: Any, problem: Problem, shape: str) -> TimingPlan:
         return float(calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
                                        inputs, out_shapes, slots=per_batch, graph=graph))
 
-    modes = (False, True) if worker.cuda else (False,)
-    calibrate(modes[-1])  # raises the clocks from idle; not kept
-    overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
+    key = (problem.name, shape, l2)  # a warm rep's untimed work is not a cold one's
+    held = worker.calibrations.get(key)
+    if held is not None and time.monotonic() - held[0] < CALIBRATION_FRESH_S:
+        overhead = held[1]
+    else:
+        release_parked(worker)  # no candidate process may live while the judge calibrates
+        modes = (False, True) if worker.cuda else (False,)
+        calibrate(modes[-1])  # raises the clocks from idle; not kept
+        overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
+        worker.calibrations[key] = (time.monotonic(), overhead)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
-                      int(calib.flush_bytes))
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2)
 
 
 def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session, graph_mode: Any,
@@ -456,7 +490,8 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     worker.progress("timing: capture" if graph else "timing: warm-up")
     answer = session.request({"op": "time_setup", "generate": {"problem": problem.name, "shape": shape,
                                                                "seed": plan.seed},
-                              "graph": graph, "flush_bytes": plan.flush_bytes}, timeout=CALL_TIMEOUT_S)
+                              "graph": graph, "flush_bytes": plan.flush_bytes, "spin_cycles": plan.spin_cycles},
+                             timeout=CALL_TIMEOUT_S)
     if not answer.header.get("ok"):
         _raise_error(answer.header)
     if answer.header.get("checksums") != wire.checksums(setup_inputs):
@@ -560,7 +595,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
-            "latency_us": latency,
+            "latency_us": latency, "l2": plan.l2,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -569,20 +604,94 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
 def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,
                    job: dict[str, Any]) -> dict[str, Any]:
     """The baseline's timing, re-used for BASELINE_FRESH_S: it is trusted code on the same GPU, so timing it
-    again for every candidate (1 s for torch, 90 s for FLA's first autotune) buys nothing but noise."""
-    key = (problem.name, shape, baseline.name, bool(graph), job.get("baseline_budget_s", job.get("budget_s")))
-    now = time.monotonic()
-    held = worker.baselines.get(key)
-    if held is not None and now - held[0] < BASELINE_FRESH_S and not job.get("fresh_baseline"):
-        return {**held[1], "age_s": round(now - held[0], 1)}
-    timer = worker.ensure_timer().timer
+    again for every candidate (1 s for torch, 90 s for FLA's first autotune) buys nothing but noise. Timed in the
+    candidate's L2 regime (a warm candidate against a warm baseline), and held per regime."""
+    held = _held_baseline(worker, problem, shape, baseline, graph, job)
+    if held is not None:
+        return held
+    l2 = job_l2(job)
+    timer = calibration(worker, l2).timer
     inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
     fn = baseline.fn
     stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=graph,
                           budget_s=float(job.get("baseline_budget_s", job.get("budget_s", 2.0))) / 2)
-    result = dict(stats["baseline"])
-    worker.baselines[key] = (time.monotonic(), result)
+    result = {**stats["baseline"], "l2": l2}
+    worker.baselines[_baseline_key(problem, shape, baseline, graph, job)] = (time.monotonic(), result)
     return {**result, "age_s": 0.0}
+
+
+def _baseline_key(problem: Problem, shape: str, baseline: Any, graph: bool, job: dict[str, Any]) -> tuple[Any, ...]:
+    return (problem.name, shape, baseline.name, bool(graph), job.get("baseline_budget_s", job.get("budget_s")),
+            job_l2(job))
+
+
+def _held_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,
+                   job: dict[str, Any]) -> dict[str, Any] | None:
+    """This worker's timing of the baseline if it is fresh enough to re-use, else None."""
+    if job.get("fresh_baseline"):
+        return None
+    held = worker.baselines.get(_baseline_key(problem, shape, baseline, graph, job))
+    now = time.monotonic()
+    if held is None or now - held[0] >= BASELINE_FRESH_S:
+        return None
+    return {**held[1], "age_s": round(now - held[0], 1)}
+
+
+# -- a source's process kept for its next profile ------------------------------------------------------------
+#
+# A repeat profile of the same source (an agent re-measuring, a tuner's re-measure) costs a spawn, a load and
+# a JIT from the disk cache when its process is new. The last source's process is kept instead, idle and with
+# its timing state dropped, for PARK_S; any other job closes it first, so it never lives beside another
+# candidate, a census, a baseline timing or a calibration. Only this source's own state carries over, which
+# its timed reps (fresh inputs, checked after they ran) leave nothing to gain from.
+
+PARK_S = 300.0
+
+
+def park(worker: Any, session: Session, sha: str) -> str:
+    try:
+        answer = session.request({"op": "release"}, timeout=30.0)
+        ok = bool(answer.header.get("ok"))
+        answer.close_fds()
+    except Refusal:
+        ok = False
+    if not ok or session.exit_status is not None:
+        return session.close()
+    release_parked(worker)
+    worker.parked = (session, sha, time.monotonic())
+    return "kept for a repeat profile of this source"
+
+
+def take_parked(worker: Any, sha: str) -> Session | None:
+    """The parked process of `sha`, taken from the worker; any other parked process is closed."""
+    release_parked(worker, keep_sha=sha)
+    parked = getattr(worker, "parked", None)
+    if parked is None:
+        return None
+    worker.parked = None
+    session = parked[0]
+    try:  # a process that died while it was kept (its own doing) is replaced, not reported as a crash
+        answer = session.request({"op": "ping"}, timeout=10.0)
+        alive = bool(answer.header.get("ok"))
+        answer.close_fds()
+    except Refusal:
+        alive = False
+    if not alive:
+        session.close()
+        return None
+    return session
+
+
+def release_parked(worker: Any, keep_sha: str | None = None) -> None:
+    """Close the parked process, unless it is `keep_sha`'s and still fresh."""
+    parked = getattr(worker, "parked", None)
+    if parked is None:
+        return
+    session, sha, since = parked
+    if keep_sha == sha and time.monotonic() - since < PARK_S and session.exit_status is None:
+        return
+    worker.parked = None
+    session.close()
 
 
 def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], timing: dict[str, Any],
@@ -595,7 +704,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     floor = bounds.physical_floor(nbytes, flops, ceil)
     bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"], timing["latency_us"],
                                    bounds.RELATIVE_SLACK if worker.cuda else bounds.CPU_RELATIVE_SLACK)
-    cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"]}
+    cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"],
+            "l2": timing["l2"]}
     median_s = median_us * 1e-6
     achieved = {
         "gbps": nbytes / median_s / 1e9 if median_s > 0 else None,

@@ -1,7 +1,8 @@
 """GPU timing that a kernel engineer can trust (DESIGN.md §4).
 
 Every function is timed in the same loop, interleaved rep by rep (this machine's clocks drift), with
-the L2 flushed before each rep, CUDA events around each call, and statistics over many reps.
+the L2 flushed before each rep (the "cold" regime; "warm" leaves it as the previous work left it), CUDA events
+around each call, and statistics over many reps.
 For few-microsecond work, each function is captured once as a CUDA graph and its replays are timed,
 which removes launch gaps equally for candidate and baseline. Runs inside the worker: torch only.
 """
@@ -20,6 +21,13 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024  # > 4x the H200's 60 MB L2
 # stay bound by the GPU rather than by the host's ~100 us of Python per rep (the bracket needs GPU-bound reps;
 # with 256 MB, MLA at B = 1 was host-bound by ~10 us a rep, measured on the H200).
 REP_FLUSH_BYTES = 2 * L2_FLUSH_BYTES
+# The L2 regimes a profile times in, each as (flush bytes, spin cycles) before every rep. "cold": the 512 MB read
+# flush, the default. "warm": no flush, so a rep's inputs are in L2 as its refill wrote them; a GPU spin that
+# touches no memory takes the flush's place in the queue, so that the reps stay bound by the GPU rather than by the
+# host's Python (the bracket needs GPU-bound reps). 2^18 cycles: about 130 us at the H200's 1980 MHz, the cold
+# flush's GPU time.
+WARM_SPIN_CYCLES = 1 << 18
+L2_REGIMES: dict[str, tuple[int, int]] = {"cold": (REP_FLUSH_BYTES, 0), "warm": (0, WARM_SPIN_CYCLES)}
 GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when an eager call takes less than this
 # For measuring the flush itself: MARATHON_L2_FLUSH=write flushes by writing (the old way).
 FLUSH_BY_WRITE = os.environ.get("MARATHON_L2_FLUSH", "read") == "write"
@@ -51,15 +59,19 @@ def summarize(samples_us: list[float]) -> dict[str, Any]:
 
 def flush_buffers(flush_bytes: int, device: str = "cuda") -> tuple[Any, Any]:
     """The buffer an L2 flush reads and the scalar it reduces into (float32: torch's float reduction streams
-    at close to DRAM bandwidth, its int32-to-int64 one at a sixth of it, measured on the H200)."""
+    at close to DRAM bandwidth, its int32-to-int64 one at a sixth of it, measured on the H200).
+
+    No bytes, no buffers (None, None): the warm regime allocates nothing and `l2_flush` then launches nothing."""
     import torch
 
+    if flush_bytes <= 0:
+        return None, None
     return (torch.ones(flush_bytes // 4, dtype=torch.float32, device=device),
             torch.empty((), dtype=torch.float32, device=device))
 
 
 def l2_flush(buf: Any, sink: Any) -> None:
-    """Evict the L2 by streaming `buf` through it.
+    """Evict the L2 by streaming `buf` through it; nothing at all without a buffer (the warm regime).
 
     Read, don't write: a write-flush leaves L2 full of dirty lines whose write-back could land inside the next
     timed call. Measured on the H200 both give the same median (BENCHMARKS.md, "Agreement with Nsight
@@ -68,10 +80,22 @@ def l2_flush(buf: Any, sink: Any) -> None:
     """
     import torch
 
+    if buf is None:
+        return
     if FLUSH_BY_WRITE:
         buf.zero_()
     else:
         torch.sum(buf, dim=0, out=sink)
+
+
+def gpu_spin(cycles: int) -> None:
+    """Keep the GPU busy for `cycles` SM clock cycles without touching memory (one thread, no loads), so the L2
+    keeps what it holds. The warm regime's reps run it where cold reps flush: the queue stays ahead of the host,
+    and the bracket's calibration, which calls this same function, counts it as the reps pay it. None for 0."""
+    if cycles > 0:
+        import torch
+
+        torch.cuda._sleep(int(cycles))
 
 
 def commit_outputs(outs: Any, row: Any) -> None:
@@ -108,14 +132,17 @@ class Timer:
     callable (cheap under graph replay, where it only runs at capture).
     """
 
-    def __init__(self, device: str = "cuda", flush_bytes: int = L2_FLUSH_BYTES) -> None:
+    def __init__(self, device: str = "cuda", flush_bytes: int = L2_FLUSH_BYTES, spin_cycles: int = 0) -> None:
         import torch
 
         self.torch = torch
         self.flush_buf, self.flush_sink = flush_buffers(flush_bytes, device)
+        self.spin_cycles = spin_cycles
 
     def _flush(self) -> None:
+        """What runs before every rep: the L2 flush (cold) or the spin that stands in for it (warm)."""
         l2_flush(self.flush_buf, self.flush_sink)
+        gpu_spin(self.spin_cycles)
 
     def pilot_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
         """A rough eager time per call, after one warm-up call (JIT and autotune happen there)."""
@@ -198,9 +225,19 @@ class Calibration:
     loop, less what the inner events enclose, so that the gaps between its operations count as they do there.
     """
 
-    def __init__(self, flush_bytes: int = REP_FLUSH_BYTES) -> None:
-        self.flush_bytes = flush_bytes
-        self.timer = Timer(flush_bytes=flush_bytes)
+    def __init__(self, l2: str = "cold") -> None:
+        self.l2 = l2
+        self.flush_bytes, self.spin_cycles = L2_REGIMES[l2]
+        self.timer = Timer(flush_bytes=self.flush_bytes, spin_cycles=self.spin_cycles)
+        self._siblings: dict[str, Calibration] = {l2: self}
+
+    def in_regime(self, l2: str) -> Calibration:
+        """The instruments for the L2 regime `l2`: this one, or a sibling made on first use and kept (a warm one
+        holds no flush buffer, so keeping both costs one 512 MB buffer, as before)."""
+        if l2 not in self._siblings:
+            self._siblings[l2] = Calibration(l2)
+            self._siblings[l2]._siblings = self._siblings
+        return self._siblings[l2]
 
     def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
                     out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,
@@ -246,9 +283,14 @@ class Calibration:
 
 class WallCalibration:
     """Calibration's counterpart under the CPU interpreter, by the wall clock: there the timed reps test the
-    protocol (fresh inputs per rep, post-hoc checks, the bracket), never a kernel; the flush is token-sized."""
+    protocol (fresh inputs per rep, post-hoc checks, the bracket), never a kernel; the cold flush is token-sized
+    and nothing spins (there is no GPU queue to keep ahead of the host)."""
 
-    flush_bytes = 1 << 20
+    spin_cycles = 0
+
+    def __init__(self, l2: str = "cold") -> None:
+        self.l2 = l2
+        self.flush_bytes = 1 << 20 if L2_REGIMES[l2][0] else 0
 
     def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
                     out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,

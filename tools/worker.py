@@ -51,6 +51,10 @@ class Worker:
         self.telemetry_before: Any = None
         # Baseline timings of this worker (tools.judge.timed_baseline): trusted code, re-timed when stale.
         self.baselines: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
+        # Calibrations of the timed reps' untimed work (tools.judge.plan_timing), made with no candidate alive.
+        self.calibrations: dict[tuple[str, ...], tuple[float, dict[bool, float]]] = {}
+        # The last source's candidate process, kept for a repeat profile (tools.judge.park).
+        self.parked: Any = None
         self.device_info = self._device_info(telemetry)
 
     def _device_info(self, telemetry: Any) -> dict[str, Any]:
@@ -87,6 +91,12 @@ class Worker:
         op = job.get("op")
         if op == "ping":
             return {"ok": True, "device": self.device_info, "pid": os.getpid()}
+        from tools.candidate import source_sha
+        from tools.judge import release_parked
+
+        # Whatever this job is, the process kept for a repeat profile lives on only if this is that profile.
+        source = job.get("source")
+        release_parked(self, keep_sha=source_sha(source) if op == "profile" and isinstance(source, str) else None)
         self.telemetry_before = telemetry.snapshot() if self.cuda else None
         if op == "profile":
             from tools.judge import run_profile
