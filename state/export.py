@@ -13,19 +13,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
-if TYPE_CHECKING:
-    from .log import Event, EventLog
+from .record import Event
 
 PAGE = 1000
+
+
+class RunReader(Protocol):
+    """What an export reads from a log (state.log.EventLog is one): named here rather than imported, so
+    that the log can import this module at its top without the two importing each other."""
+
+    def events(self, *, run_id: str | None = ..., after_id: int = ..., limit: int | None = ...) -> list[Event]: ...
+
+    def source(self, sha: str) -> str | None: ...
 
 
 def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def export_run(log: EventLog, run_id: str, fp: IO[str]) -> int:
+def export_run(log: RunReader, run_id: str, fp: IO[str]) -> int:
     """Write every event of `run_id` and the sources they name to `fp`; returns lines written."""
     lines, after, seen = 0, 0, set()
     while True:
@@ -47,8 +55,6 @@ def export_run(log: EventLog, run_id: str, fp: IO[str]) -> int:
 
 def read_jsonl(lines: Iterable[str]) -> tuple[list[Event], dict[str, str]]:
     """Parse an export back into its events (in file order) and its sources (sha256 -> text)."""
-    from .log import Event
-
     events: list[Event] = []
     sources: dict[str, str] = {}
     for n, line in enumerate(lines, 1):

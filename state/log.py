@@ -25,7 +25,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,31 +33,12 @@ import sqlite_utils
 from . import schema, views
 from .encoding import dumps_payload, source_sha
 from .events import validate
+from .export import export_run
 from .paths import default_db_path, ensure_private_dir
+from .record import Event
 
 BUSY_TIMEOUT_S = 30.0
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA", "OFF")
-
-
-@dataclass(frozen=True)
-class Event:
-    """One logged event. `existed` is True when an append found its key already stored and
-    returned the stored event instead of writing a new one. `ts` is the wall clock at the append
-    (unix seconds); the id, not ts, is the order of events."""
-
-    id: int
-    ts: float
-    run_id: str | None
-    kind: str
-    payload: dict[str, Any]
-    key: str | None = None
-    existed: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (without `existed`, which describes an append, not the event)."""
-        out = asdict(self)
-        del out["existed"]
-        return out
 
 
 _COLUMNS = 'id, ts, run_id, kind, payload, "key"'
@@ -368,6 +348,4 @@ class EventLog:
 
     def export_jsonl(self, run_id: str, fp: IO[str]) -> int:
         """Write a run as JSON Lines (format in state.export); returns the number of lines."""
-        from .export import export_run
-
         return export_run(self, run_id, fp)

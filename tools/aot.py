@@ -18,19 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from tools.candidate import describe_exception, gluon_jit_class, jit_functions, load_candidate
+from tools.hotspots import disassemble, instruction_mix
+from tools.triton_bin import nvidia_binary
 
 TARGET_ARCH = 90
 # The most shared memory one block may use on sm_90 (227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 # a kernel that needs more compiles but fails at launch with "out of resource: shared memory".
 MAX_SHARED_BYTES = 232448
 _RES_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
-
-
-def nvidia_binary(name: str) -> Path:
-    """A CUDA binary utility shipped inside Triton (cuobjdump, nvdisasm): no CUDA toolkit needed."""
-    import triton
-
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
 
 
 def _stand_in(desc: dict[str, Any]) -> Any:
@@ -161,8 +156,6 @@ def compile_launch(module: Any, record: dict[str, Any], want_asm: bool, lines_fr
 
 
 def _lines(cubin: Path, candidate: Path, top: int) -> list[dict[str, Any]]:
-    from tools.hotspots import disassemble, instruction_mix
-
     return instruction_mix(disassemble(cubin), str(candidate), candidate.read_text(), top)
 
 

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.ncu_run import find_ncu, run_target
+from tools.triton_bin import nvidia_binary
+
 CANDIDATE_NAME = "candidate.py"
 SAMPLES_COLUMN = "Warp Stall Sampling (All Samples)"
 SHARED_COLUMN = "L1 Wavefronts Shared"
@@ -105,8 +108,6 @@ def line_table(nvdisasm_output: str) -> dict[int, tuple[str, int]]:
 
 
 def disassemble(cubin: Path) -> str:
-    from tools.aot import nvidia_binary
-
     return subprocess.run([str(nvidia_binary("nvdisasm")), "-gi", "-c", str(cubin)], capture_output=True, text=True,
                           check=True).stdout
 
@@ -244,8 +245,6 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
                  save_dir: Path | None = None) -> dict[str, Any]:
     """Run entry() once under ncu with source-level sampling and return each kernel's hotspots. With
     `save_dir`, ncu's report, its source page and the cubins are kept there to be read again offline."""
-    from tools.ncu import find_ncu, run_target
-
     ncu = find_ncu()
     if ncu is None:
         return {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
@@ -284,14 +283,3 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
                 continue
             out.append(hotspots(samples, line_table(disassemble(cubin)), source, top))
     return {"ok": True, "kernels": out}
-
-
-def dump_cubins(module: Any, folder: Path) -> None:
-    """Write the cubin of every kernel the module's Triton functions compiled, as <kernel name>.cubin."""
-    from tools.candidate import jit_functions
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for fn in jit_functions(module):
-        for kernel_cache, *_ in fn.device_caches.values():
-            for compiled in kernel_cache.values():
-                (folder / f"{compiled.name}.cubin").write_bytes(compiled.asm["cubin"])

@@ -3,7 +3,8 @@
 `ncu_metrics()` runs the candidate in a fresh process under `ncu --clock-control none` (the clocks are
 left as the machine has them, as the event timer sees them) and returns, per kernel, the median of
 `gpu__time_duration.sum` and a few throughput metrics over the profiled calls. The same file run
-as `python -m tools.ncu TARGET.json` is that process.
+as `python -m tools.ncu TARGET.json` is that process; finding ncu and starting it under ncu are
+tools.ncu_run's, shared with tools.hotspots.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -19,38 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.environment import project_root, scrubbed_env
+from tools.ncu_run import dump_cubins, find_ncu, run_target
 
 METRICS = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread")
 WARMUP_CALLS = 2
 PROFILED_CALLS = 5
-
-
-def find_ncu() -> str | None:
-    for candidate in ("ncu", "/usr/local/cuda/bin/ncu"):
-        path = shutil.which(candidate)
-        if path:
-            return path
-    hits = sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")) if Path("/opt/nvidia").exists() else []
-    return str(hits[-1]) if hits else None
-
-
-def run_target(ncu: str, work: Path, ncu_args: list[str], timeout: float, problem: str, shape: str, source: str,
-               candidate_name: str = "candidate.py", env: dict[str, str] | None = None,
-               **target: Any) -> subprocess.CompletedProcess[str]:
-    """Run the candidate's entry() under ncu in a child process, in `work`: only the calls inside the NVTX range
-    "profiled" are measured (`_target` below), the clocks left as the machine has them. `target` adds to the
-    child's instructions ("calls", "cubin_dir"); `env` to its scrubbed environment. Raises TimeoutExpired."""
-    cand = work / candidate_name
-    cand.write_text(source)
-    spec = work / "target.json"
-    spec.write_text(json.dumps({**target, "problem": problem, "shape": shape, "candidate": str(cand)}))
-    cmd = [ncu, "--clock-control", "none", *ncu_args, "--nvtx", "--nvtx-include", "profiled/",
-           sys.executable, "-m", "tools.ncu", str(spec)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
-                          env=scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
-                                            "TRITON_CACHE_DIR": str(work / "triton-cache"), **(env or {})}))
 
 
 def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float = 300.0) -> dict[str, Any]:
@@ -128,8 +102,6 @@ def _target(path: str) -> int:
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
     if spec.get("cubin_dir"):  # for tools.hotspots: the line tables of what just ran
-        from tools.hotspots import dump_cubins
-
         dump_cubins(module, Path(spec["cubin_dir"]))
     return 0
 
