@@ -79,7 +79,7 @@ def _untimed_words(state: RunState) -> str:
         why = f" (it ended: {ended.get('state')}: {ended.get('reason')})" if ended else ""
         return f"No attempt was judged in this run{why}, so there is nothing to plot."
     outcomes = ", ".join(f"{o} {n}" for o, n in state.outcomes.most_common())
-    return (f"Nothing was timed in this run: no correct attempt among its {len(attempts)} ({outcomes}) has a "
+    return (f"Nothing was timed in this run: none of its {len(attempts)} attempts ({outcomes}) has a "
             "measured time (on a CPU the kernels are only checked under the Triton interpreter), so there is no "
             "plot; the table below lists every attempt.")
 

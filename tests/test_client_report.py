@@ -298,7 +298,7 @@ def test_no_plot_for_a_run_with_nothing_timed(tmp_path: Path) -> None:
     assert files["empty"].no_plot == ("No attempt was judged in this run (it ended: done: every configuration is "
                                       "tried), so there is nothing to plot.")
     assert files["cpu"].no_plot is not None and files["cpu"].no_plot.startswith(
-        "Nothing was timed in this run: no correct attempt among its 3 (correct 3) has a measured time")
+        "Nothing was timed in this run: none of its 3 attempts (correct 3) has a measured time")
     assert "| - | | | no attempts in this run |" in files["empty"].markdown.read_text()
 
 
