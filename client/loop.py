@@ -548,8 +548,11 @@ class Loop:
         else:
             best_s = (f"{best.speedup:.3g}x" if best.speedup is not None else
                       f"{fmt_us(best.median_us)}us" if best.median_us is not None else "untimed")
-            if best.attempt_id is not None:
-                best_s += f" #{best.attempt_id}"
+            number = self.state.number_of(best)
+            if number is not None:
+                best_s += f" (attempt {number})"
+            elif best.attempt_id is not None:
+                best_s += f" (event #{best.attempt_id})"
         self.progress(f"step {step:<7} {result['tool']:<13} {short_outcome(result):<34.34} | best {best_s} | "
                       f"{_left(self.state)}")
 
