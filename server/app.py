@@ -7,7 +7,8 @@ Results: structured content validated against the output models (server.models) 
 summary (server.text). Errors the agent can act on (compile error, wrong result, refused import,
 timeout, unknown problem or shape) come back as tool errors (isError) carrying the reason and the
 details; internal faults are logged with a traceback (stderr and state_dir()/logs/server.log) and
-reported as an incident id only.
+reported as an incident id only. Arguments are strict and bounded (server.args): a wrong type or an
+out-of-range integer is refused by the SDK's argument check as a tool error, before the service logs anything.
 
 Annotations, decided per tool:
 - list_problems, attempts, best, attempt: read-only (they only query).
@@ -34,11 +35,12 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt
 
 from server import models
 from server import text as summaries
+from server.args import SQLITE_MAX_INT, WHOLE
 from server.calls import Caller, caller_of, new_process_session, run_blocking
 from server.service import Service, UnknownInput
 from tools.timing import L2_REGIMES
@@ -138,6 +140,18 @@ def _check_baseline(service: Service, problem: str, name: str) -> None:
         raise UnknownInput(f"problem {problem!r} has no baseline {name!r} (valid: {', '.join(valid) or 'none'})")
 
 
+class MarathonServer(MCPServer[Any]):
+    """MCPServer, with a prompt request checked before it is rendered (server.prompts.check_prompt_request), so
+    that a caller's mistake there is answered as invalid params instead of an internal error."""
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
+                         context: Context[Any, Any] | None = None) -> GetPromptResult | InputRequiredResult:
+        from server.prompts import check_prompt_request
+
+        check_prompt_request(await self.list_prompts(), name, arguments)
+        return await super().get_prompt(name, arguments, context)
+
+
 def build_app(service: Service, *, heartbeat_s: float | None = None, process_session: str | None = None,
               run_id: str | None = None, **server_kwargs: Any) -> MCPServer:
     """An MCPServer whose tools run on `service` (the caller keeps ownership and closes it).
@@ -150,8 +164,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     beat = heartbeat_s or DEFAULT_HEARTBEAT_S
     session_id = process_session or new_process_session("mcp")
     default_run = run_id or os.environ.get("MARATHON_RUN_ID") or None
-    app: MCPServer = MCPServer(SERVER_NAME, title="kernel-marathon", instructions=INSTRUCTIONS,
-                               version=_version(), **server_kwargs)
+    app: MCPServer = MarathonServer(SERVER_NAME, title="kernel-marathon", instructions=INSTRUCTIONS,
+                                    version=_version(), **server_kwargs)
 
     def who(ctx: Context) -> Caller:
         return caller_of(ctx, session_id, default_run)
@@ -185,10 +199,11 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     @app.tool(title="Compile a candidate for Hopper", annotations=RUNS_JOB)
     async def compile(
         problem: ProblemArg, source: SourceArg, ctx: Context, shape: ShapeArg = None,
-        asm: Annotated[bool, Field(description="include PTX and SASS of every kernel (long)")] = False,
-        lines: Annotated[bool, Field(description="per kernel, its instructions by source line and kind (shared "
-                                                 "memory, barriers, shuffles, MMAs, global, spills): where layout "
-                                                 "conversions and cross-warp reductions are")] = False,
+        asm: Annotated[StrictBool, Field(description="include PTX and SASS of every kernel (long)")] = False,
+        lines: Annotated[StrictBool, Field(description="per kernel, its instructions by source line and kind "
+                                                       "(shared memory, barriers, shuffles, MMAs, global, spills): "
+                                                       "where layout conversions and cross-warp reductions are")
+                         ] = False,
     ) -> Annotated[CallToolResult, models.CompileResult]:
         """Compile every kernel the candidate launches at `shape` for sm_90 (Hopper), without running it.
 
@@ -209,14 +224,14 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     @app.tool(title="Check and time a candidate", annotations=RUNS_JOB)
     async def profile(
         problem: ProblemArg, source: SourceArg, ctx: Context, shape: ShapeArg = None,
-        graph: Annotated[bool | None, Field(description="time CUDA-graph replays; default: when a call "
-                                                         "takes under 200 us")] = None,
+        graph: Annotated[StrictBool | None, Field(description="time CUDA-graph replays; default: when a call "
+                                                               "takes under 200 us")] = None,
         baseline: Annotated[str | None, Field(description="baseline to time against; default the problem's "
                                                           "first available")] = None,
-        timeout_s: Annotated[float | None, Field(gt=0, le=3600, description="seconds before the job is "
-                                                                           "stopped (default 600)")] = None,
-        ncu: Annotated[bool, Field(description="also run the candidate under Nsight Compute (where ncu "
-                                               "exists): per-kernel time, DRAM and SM throughput")] = False,
+        timeout_s: Annotated[StrictFloat | None, Field(gt=0, le=3600, description="seconds before the job is "
+                                                                                 "stopped (default 600)")] = None,
+        ncu: Annotated[StrictBool, Field(description="also run the candidate under Nsight Compute (where ncu "
+                                                     "exists): per-kernel time, DRAM and SM throughput")] = False,
         l2: L2Arg = "cold",
     ) -> Annotated[CallToolResult, models.ProfileResult]:
         """Check the candidate against the reference on fresh random inputs (several trials, the given
@@ -244,7 +259,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     @app.tool(title="Time the baselines", annotations=RUNS_JOB)
     async def baseline(
         problem: ProblemArg, ctx: Context, shape: ShapeArg = None,
-        refresh: Annotated[bool, Field(description="measure again even if the log has this baseline")] = False,
+        refresh: Annotated[StrictBool, Field(description="measure again even if the log has this baseline")] = False,
     ) -> Annotated[CallToolResult, models.BaselineResult]:
         """Time each of the problem's baselines (eager and as a CUDA graph) at `shape`, after checking
         it against the reference. Measured once per GPU, driver and library versions, then answered
@@ -266,7 +281,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     @app.tool(title="Where a candidate's kernels stall, by source line", annotations=RUNS_JOB)
     async def hotspots(
         problem: ProblemArg, source: SourceArg, ctx: Context, shape: ShapeArg = None,
-        top: Annotated[int, Field(ge=1, le=100, description="source lines to list per kernel")] = 15,
+        top: Annotated[StrictInt, Field(ge=1, le=100, description="source lines to list per kernel"), WHOLE] = 15,
     ) -> Annotated[CallToolResult, models.HotspotsResult]:
         """Run one call of the candidate under Nsight Compute with warp-state sampling and list, per
         kernel, the source lines where its warps stall most, with the reasons (long_sb: waiting on
@@ -292,8 +307,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         ctx: Context, problem: Annotated[str | None, Field(description="only this problem")] = None,
         shape: Annotated[str | None, Field(description="only this shape (needs problem)")] = None,
         outcome: Annotated[OUTCOME | None, Field(description="only this outcome")] = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="page size")] = 20,
-        offset: Annotated[int, Field(ge=0, description="attempts to skip (newest first)")] = 0,
+        limit: Annotated[StrictInt, Field(ge=1, le=200, description="page size"), WHOLE] = 20,
+        offset: Annotated[StrictInt, Field(ge=0, le=SQLITE_MAX_INT, description="attempts to skip (newest first)"),
+                          WHOLE] = 0,
     ) -> Annotated[CallToolResult, models.AttemptPage]:
         """Attempts from the event log, newest first: tool, outcome, error class and message, max
         relative error, median time, speedup. Paged with limit/offset; the newest notes for the
@@ -332,8 +348,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             return _ok(summaries.best_text(out), models.BestResult.model_validate(out))
 
     @app.tool(title="Read one attempt", annotations=READ_ONLY)
-    async def attempt(id: Annotated[int, Field(ge=1, description="attempt id (from attempts, best, or a "
-                                                                  "compile/profile result)")],
+    async def attempt(id: Annotated[StrictInt, Field(ge=1, le=SQLITE_MAX_INT, description="attempt id (from attempts, "
+                                                     "best, or a compile/profile result)"), WHOLE],
                       ctx: Context) -> Annotated[CallToolResult, models.AttemptDetail]:
         """One attempt whole: the numbers, the candidate source, and the full tool result (the compile
         report or the profile result with every trial)."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, Prompt
 
 from kernels import get_problem
 from server.service import Service, UnknownInput
@@ -68,3 +68,22 @@ def register_prompts(app: MCPServer, service: Service) -> None:
             return optimize_text(service, problem, shape)
         except UnknownInput as exc:  # the caller's to fix: say what is valid (other faults stay generic)
             raise MCPError(INVALID_PARAMS, str(exc.args[0] if exc.args else exc)) from None
+
+
+def check_prompt_request(prompts: list[Prompt], name: str, arguments: dict[str, str] | None) -> None:
+    """Refuse, as invalid params naming what is valid, a prompt request no prompt can answer: an unknown prompt,
+    a required argument missing, an argument the prompt does not take. The SDK would raise a plain exception for
+    these, answered as an internal error and logged with a traceback, though the mistake is the caller's."""
+    found = next((p for p in prompts if p.name == name), None)
+    if found is None:
+        known = ", ".join(p.name for p in prompts) or "none"
+        raise MCPError(INVALID_PARAMS, f"unknown prompt {name!r} (known: {known})")
+    declared = {a.name: bool(a.required) for a in found.arguments or []}
+    given = set(arguments or {})
+    takes = ", ".join(f"{n} (required)" if required else n for n, required in declared.items()) or "none"
+    missing = ", ".join(repr(n) for n, required in declared.items() if required and n not in given)
+    if missing:
+        raise MCPError(INVALID_PARAMS, f"prompt {name!r} needs the argument {missing} (it takes: {takes})")
+    unknown = ", ".join(repr(n) for n in sorted(given - set(declared)))
+    if unknown:
+        raise MCPError(INVALID_PARAMS, f"prompt {name!r} takes no argument {unknown} (it takes: {takes})")

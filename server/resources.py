@@ -4,7 +4,8 @@ problem://{name}/description   the contract (markdown): inputs, outputs, shapes,
 problem://{name}/reference     the reference implementation (problem.py and reference.py)
 problem://{name}/starter       a simple, correct Triton candidate to start from
 problem://{name}/shapes        shapes, check shapes, tolerance, dtypes, FLOPs and bytes (JSON)
-best://{problem}/{shape}       the best verified correct kernel in the event log so far, numbers on top
+best://{problem}/{shape}       the best verified correct kernel in the event log so far, numbers on top;
+                               comments saying there is none yet until one is verified (never an error)
 
 Each is registered as a template (any problem, any shape) and, for discovery in clients that only
 list concrete resources, once per problem (best:// at the bench shape).
@@ -50,8 +51,7 @@ def best_text(service: Service, problem: str, shape: str) -> str:
     except UnknownInput as exc:
         raise ResourceNotFoundError(str(exc.args[0] if exc.args else exc)) from None
     if found is None:
-        raise ResourceNotFoundError(f"no correct attempt for {problem}/{shape} yet (only attempts the judge "
-                                    f"verified count); start from problem://{problem}/starter")
+        return no_best_text(problem, shape)
     numbers = [f"attempt {found['id']}", f"outcome {found.get('outcome')}", f"device {found.get('device')}",
                f"verified {found.get('verification') or 'yes'}"]
     for key, fmt in (("median_us", "{:.2f} us"), ("speedup", "{:.2f}x"), ("max_rel_err", "max rel err {:.1e}")):
@@ -60,6 +60,15 @@ def best_text(service: Service, problem: str, shape: str) -> str:
             numbers.append(fmt.format(value))
     header = f"# best for {problem}/{shape}: " + ", ".join(numbers) + "\n"
     return header + (found.get("source") or "# (source not stored)\n")
+
+
+def no_best_text(problem: str, shape: str) -> str:
+    """The answer while nothing is verified: best://{name}/bench is listed from the start, so reading it must not
+    be an error. Comments only, so the text stays the Python file its mime type says, and its first line reads
+    like a found best's (`# best for P/S: ...`), saying none."""
+    return (f"# best for {problem}/{shape}: none (no verified attempt yet)\n"
+            "# Only attempts the judge verified count: a correct profile on a GPU, timed and censused.\n"
+            f"# Start from problem://{problem}/starter.\n")
 
 
 def register_resources(app: MCPServer, service: Service) -> None:

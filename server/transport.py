@@ -8,7 +8,8 @@ it. The SDK's own stdio transport does the same while it serves; this covers sta
 as well.
 
 HTTP: uvicorn serving the SDK's streamable HTTP app, loopback by default (with the SDK's
-DNS-rebinding protection), bearer token required (server.auth).
+DNS-rebinding protection), bearer token required (server.auth), request bodies up to
+server.body_limit.HTTP_MAX_BODY_BYTES (7 MiB), a larger one answered as a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ async def serve_http(app: Any, host: str, port: int) -> None:
     """Serve `app` over streamable HTTP at http://host:port/mcp until interrupted."""
     import uvicorn
 
-    starlette_app = app.streamable_http_app(host=host)
-    config = uvicorn.Config(starlette_app, host=host, port=port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=5)
+    from server.body_limit import HTTP_MAX_BODY_BYTES, BodyLimit
+
+    # BodyLimit answers an oversized body first (as JSON-RPC); the SDK's own check, at the same size, never fires.
+    starlette_app = app.streamable_http_app(host=host, max_request_body_size=HTTP_MAX_BODY_BYTES)
+    config = uvicorn.Config(BodyLimit(starlette_app, HTTP_MAX_BODY_BYTES), host=host, port=port, log_config=None,
+                            access_log=False, timeout_graceful_shutdown=5)
     await uvicorn.Server(config).serve()

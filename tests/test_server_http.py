@@ -1,8 +1,9 @@
 """`marathon serve --http` in a subprocess on a free loopback port: 401 without or with a wrong
-token, a real client call with it; the token from $MARATHON_TOKEN or a 0600 file."""
+token, a real client call with it; the token from $MARATHON_TOKEN or a 0600 file; the body limit."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import Implementation
+from mcp_types import INVALID_REQUEST
 
+from server.body_limit import HTTP_MAX_BODY_BYTES
+from server.service import MAX_SOURCE_BYTES
 from tests.test_server_common import STARTER, TOOLS, free_port, http_server, intents
 
 pytestmark = pytest.mark.slow
@@ -88,3 +92,40 @@ def test_http_token_from_the_environment_wins(tmp_path: Path) -> None:
         assert _post(url, "env-token-").status_code == 401
         assert _post(url, token).status_code == 200
     assert "from $MARATHON_TOKEN" in (tmp_path / "serve.stderr").read_text()
+
+
+def test_http_takes_the_largest_source_and_answers_a_larger_body_as_json_rpc(tmp_path: Path) -> None:
+    """A source at the service's limit, written the longest way JSON allows (a control character is six bytes),
+    gets the service's answer; a body over the HTTP limit gets a JSON-RPC error the client reports as the
+    call's, and the session goes on."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    # 1 MiB, so the size check passes; the NUL at the end is then refused at once, without a compile.
+    longest = "\x01" * (MAX_SOURCE_BYTES - 1) + "\x00"
+    assert len(json.dumps(longest)) > 4 * 2**20  # over the SDK's own limit
+    too_big = "#" * HTTP_MAX_BODY_BYTES
+    with http_server(tmp_path, port):
+        token = (tmp_path / "token").read_text().strip()
+
+        async def main() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            async with _client(url, token, "auto") as c:
+                out["longest"] = await c.call_tool("compile", {"problem": "softmax", "source": longest})
+                try:
+                    await c.call_tool("compile", {"problem": "softmax", "source": too_big})
+                except MCPError as exc:
+                    out["too_big"] = exc.error
+                out["after"] = await c.call_tool("best", {"problem": "softmax"})
+            return out
+
+        out = anyio.run(main)
+        headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+        raw = httpx.post(url, content=b" " * (HTTP_MAX_BODY_BYTES + 1), headers=headers, timeout=60)
+    assert out["longest"].is_error and "NUL" in out["longest"].content[0].text
+    error = out["too_big"]
+    assert error.code == INVALID_REQUEST and "request body too large" in error.message
+    assert f"{HTTP_MAX_BODY_BYTES:,}" in error.message
+    assert not out["after"].is_error
+    assert raw.status_code == 413 and raw.headers["content-type"].startswith("application/json")
+    body = raw.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["code"] == INVALID_REQUEST

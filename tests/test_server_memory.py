@@ -259,10 +259,11 @@ def test_resources_describe_each_problem_and_the_best_kernel(served: tuple[Servi
         templates = {t.uri_template for t in (await c.list_resource_templates()).resource_templates}
         reads = {}
         for uri in ("problem://softmax/description", "problem://softmax/reference", "problem://softmax/starter",
-                    "problem://softmax/shapes", "problem://kda/shapes", "best://softmax/small"):
+                    "problem://softmax/shapes", "problem://kda/shapes", "best://softmax/small",
+                    "best://mla_decode/small"):
             reads[uri] = (await c.read_resource(uri)).contents[0]
         errors = {}
-        for uri in ("problem://no_such/description", "best://mla_decode/small"):
+        for uri in ("problem://no_such/description", "best://no_such/bench"):
             try:
                 await c.read_resource(uri)
             except MCPError as exc:
@@ -287,7 +288,9 @@ def test_resources_describe_each_problem_and_the_best_kernel(served: tuple[Servi
     assert best.startswith("# best for softmax/small") and best.endswith(STARTER)
     assert "verified judge:v1+bounds+census" in best
     assert "unknown problem" in got["errors"]["problem://no_such/description"]
-    assert "no correct attempt" in got["errors"]["best://mla_decode/small"]
+    assert "unknown problem" in got["errors"]["best://no_such/bench"]
+    # Nothing verified for it yet: an explicit "none", not an error.
+    assert reads["best://mla_decode/small"].text.startswith("# best for mla_decode/small: none")
 
 
 def test_optimize_prompt_states_goal_rules_and_tools(served: tuple[Service, Any]) -> None:
@@ -311,6 +314,49 @@ def test_optimize_prompt_states_goal_rules_and_tools(served: tuple[Service, Any]
                   "note(", "best(", "problem://mla_decode/starter"):
         assert words in text, words
     assert bad is not None and "unknown problem" in bad
+
+
+def undeclared(schema: dict[str, Any], value: Any, defs: dict[str, Any], path: str = "") -> list[str]:
+    """The paths in `value` that `schema` (a published output schema) does not declare: every key of an object
+    with properties must be one of them, nested objects and lists of them alike."""
+    if "$ref" in schema:
+        return undeclared(defs[schema["$ref"].rsplit("/", 1)[-1]], value, defs, path)
+    if "anyOf" in schema:
+        options = [undeclared(s, value, defs, path) for s in schema["anyOf"] if s.get("type") != "null"]
+        return min(options, key=len) if options and value is not None else []
+    if isinstance(value, list) and "items" in schema:
+        return [p for item in value for p in undeclared(schema["items"], item, defs, path.rstrip(".") + "[].")]
+    if not isinstance(value, dict) or "properties" not in schema:
+        return []
+    props = schema["properties"]
+    missing = [path + key for key in value if key not in props]
+    return missing + [p for key, v in value.items() if key in props
+                      for p in undeclared(props[key], v, defs, f"{path}{key}.")]
+
+
+def test_every_field_a_tool_returns_is_in_its_output_schema(served: tuple[Service, Any]) -> None:
+    _, app = served
+
+    async def body(c: Client) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+        schemas = {t.name: t.output_schema for t in (await c.list_tools()).tools}
+        calls = [("list_problems", {}), ("compile", {"problem": "softmax", "source": STARTER, "lines": True}),
+                 ("compile", {"problem": "softmax", "source": SYNTAX}),
+                 ("profile", {"problem": "softmax", "source": STARTER}),
+                 ("profile", {"problem": "softmax", "source": WRONG}),
+                 ("profile", {"problem": "softmax", "source": REFUSED}),
+                 ("baseline", {"problem": "softmax"}), ("hotspots", {"problem": "softmax", "source": REFUSED}),
+                 ("note", {"text": "declared?", "problem": "softmax", "tags": ["t"]}),
+                 ("attempts", {"problem": "softmax"}), ("best", {"problem": "softmax"})]
+        results = [(tool, (await c.call_tool(tool, args)).structured_content) for tool, args in calls]
+        for tool in ("compile", "profile"):
+            attempt_id = next(r["attempt_id"] for t, r in results if t == tool)
+            results.append(("attempt", (await c.call_tool("attempt", {"id": attempt_id})).structured_content))
+        return schemas, results
+
+    schemas, results = with_client(app, body)
+    for tool, content in results:
+        schema = schemas[tool]
+        assert undeclared(schema, content, schema.get("$defs", {})) == [], tool
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -360,6 +406,34 @@ def test_gpu_shaped_results_validate_and_read_well() -> None:
                                "max_rel_err": 0.0, "timing": timings}]}
     assert BaselineResult.model_validate(jsonable(baseline)).baselines[0].timing == timings
     assert "[cuda_graph]: failed" in baseline_text(baseline) and "30.50 us" in baseline_text(baseline)
+
+
+def test_a_gpu_verdict_is_declared_whole() -> None:
+    """A timed profile's report, every section the judge and the service add on a GPU, against the schema."""
+    from server.models import ProfileResult, jsonable
+    from tools.timing import summarize
+
+    cand = {**summarize([10.0, 10.5, 11.0]), "mode": "cuda_graph", "pilot_us": 10.4, "l2": "cold"}
+    base = {"name": "torch", **summarize([20.0, 21.0]), "mode": "cuda_graph", "pilot_us": 20.1, "l2": "cold",
+            "age_s": 0.0}
+    report = {
+        "problem": "softmax", "shape": "bench", "device": {"kind": "cuda", "name": "NVIDIA H200"},
+        "sandbox": {"process": "fresh per candidate source"}, "shapes_checked": ["bench", "small"],
+        "phases": {"spawn_load_s": 0.1, "checks_s": 0.5, "timing_s": 2.0}, "notes": [], "candidate_process": "fresh",
+        "trials": [{"shape": "bench", "seed": 1, "ok": True, "max_rel_err": 1e-7}], "output_bytes": 0,
+        "output_tail": "", "ok": True, "correct": True, "verified": True, "error_class": None, "error": None,
+        "error_line": None, "max_rel_err": 1e-7, "timing": cand, "baseline": base, "speedup": 2.0,
+        "achieved": {"gbps": 3000.0, "tflops": 0.4, "dram_share": 0.7, "bf16_share": None, "floor_us": 4.0},
+        "ceilings": {"dram_gbps": 4300.0, "bf16_tflops": 700.0}, "telemetry": {"before": None, "after": None},
+        "timing_loop": {"wall_s": 1.0, "reps": 3}, "verification": {"by": "judge:v1+bounds+census"},
+        "candidate_exit": "kept for a repeat profile of this source", "worker_s": 3.1, "source_sha": "ab" * 32,
+        "ncu": {"ok": True, "kernels": {}, "gpu_time_us_per_call": 9.8, "profile_vs_ncu_pct": 7.0},
+        "attempt_id": 7}
+    schema = ProfileResult.model_json_schema()
+    assert undeclared(schema, report, schema["$defs"]) == []
+    dumped = ProfileResult.model_validate(jsonable(report)).model_dump(mode="json")
+    for key, value in jsonable(report).items():  # each section passes through as reported
+        assert dumped[key] == value if not isinstance(value, dict) else dumped[key].items() >= value.items(), key
 
 
 def test_tracebacks_never_reach_a_client() -> None:

@@ -12,8 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import Implementation
+from mcp_types import INVALID_PARAMS
 
 from tests.test_server_common import ROOT, STARTER, TOOLS, intents, server_env
 
@@ -49,6 +50,36 @@ def test_stdio_server_runs_tools_and_logs_the_caller(tmp_path: Path, mode: str) 
     sessions = {p["session"] for p in logged}
     assert len(sessions) == 1 and next(iter(sessions)).startswith("stdio-")
     assert "serving MCP over stdio" in (tmp_path / "logs" / "server.log").read_text()
+
+
+def test_bad_requests_over_stdio_are_the_callers_errors_with_no_traceback(tmp_path: Path) -> None:
+    """A bad prompt request is invalid params (the SDK's wire dispatcher would answer code 0), an id past
+    SQLite's range and a string for an integer are tool errors naming the argument; the server logs no
+    traceback for any of them, and best:// reads before anything is verified."""
+    async def prompt_error(c: Client, name: str, args: dict[str, str]) -> tuple[int, str]:
+        try:
+            await c.get_prompt(name, args)
+        except MCPError as exc:
+            return exc.error.code, exc.error.message
+        raise AssertionError(f"prompt {name} {args} answered")
+
+    async def main() -> dict[str, Any]:
+        async with Client(_params(tmp_path)) as c:
+            return {"unknown": await prompt_error(c, "no_such_prompt", {}),
+                    "missing": await prompt_error(c, "optimize", {}),
+                    "id": await c.call_tool("attempt", {"id": 2**63}),
+                    "limit": await c.call_tool("attempts", {"limit": "5"}),
+                    "best": (await c.read_resource("best://softmax/bench")).contents[0]}
+
+    out = anyio.run(main)
+    assert out["unknown"][0] == INVALID_PARAMS and "unknown prompt 'no_such_prompt'" in out["unknown"][1]
+    assert out["missing"][0] == INVALID_PARAMS and "needs the argument 'problem'" in out["missing"][1]
+    for key, words in (("id", "less than or equal to 9223372036854775807"), ("limit", "valid integer")):
+        r = out[key]
+        assert r.is_error and words in r.content[0].text and "internal error" not in r.content[0].text, key
+    assert out["best"].text.startswith("# best for softmax/bench: none")
+    log = (tmp_path / "logs" / "server.log").read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
 
 
 def test_raw_jsonrpc_with_an_older_protocol_and_nothing_else_on_stdout(tmp_path: Path) -> None:
