@@ -9,7 +9,8 @@ at most the calls that were in flight. Each is settled by what the log shows and
   the result is read back, nothing runs twice;
 - otherwise a tool safe to repeat (read-only or idempotent by the server's annotations: compile,
   profile, baseline, the log queries) is sent again with the same call_id;
-- otherwise (note) the call is closed with an explicit "interrupted" result.
+- otherwise (note): a note the server wrote is read back by its intent; one the server never received (no
+  intent in the log it shares) is sent; else the call is closed with an explicit "interrupted" result.
 Calls of the newest turn that never started are then run, and the loop goes on. Spend is folded
 from the log, never reset.
 
@@ -425,7 +426,7 @@ class Loop:
         if intent is None:
             return None
         if result is None:
-            return self._settle_from_attempt(call, intent)
+            return self._settle_from_note(call, intent) if tool == "note" else self._settle_from_attempt(call, intent)
         body = result.payload.get("result")
         structured = dict(body) if isinstance(body, dict) else None
         if tool == "note" and isinstance(body, dict) and body.get("note_id") is not None:
@@ -451,6 +452,20 @@ class Loop:
         return self._result(call, ToolAnswer(bool(structured["ok"]) and att.payload.get("outcome") in
                                              ("correct", "compiled"), text, structured), "recovered")
 
+    def _settle_from_note(self, call: dict[str, Any], intent: Event) -> dict[str, Any] | None:
+        """A note the server wrote (it keeps its intent's id) but whose result it did not log: the note
+        exists, so it is read back, not written twice; the server's intent is closed with it."""
+        found = [e for e in self.log.events(run_id=self.run_id, kinds=["note"], after_id=intent.id, limit=50)
+                 if e.payload.get("intent_id") == intent.id]
+        if not found:
+            return None
+        note_id = found[0].id
+        self.log.append("tool.result", {"tool": "note", "intent_id": intent.id, "ok": True,
+                                        "result": {"note_id": note_id}, "error": None},
+                        run_id=self.run_id, key=f"result:{intent.id}")
+        return self._result(call, ToolAnswer(True, f"noted (#{note_id}), recovered from the log",
+                                             {"id": note_id}), "recovered")
+
     async def _recover(self) -> None:
         """Settle the calls a stopped process left open, then run the newest turn's unstarted calls."""
         for step in sorted(self.state.open_calls):
@@ -459,6 +474,11 @@ class Loop:
             settled = self._settle_from_log(call, call_ev.id)
             if settled is None and self._safe(call["tool"]):
                 self._say(f"step {step}: {call['tool']} was in flight when the run stopped; sending it again")
+                settled = await self._execute(call_ev, rerun=True)
+            elif settled is None and self._never_reached(call, call_ev.id):
+                # The log the server shares has no intent for it: the server never started it, so sending it
+                # now is its first run, not a repeat (a server that had received it logged its intent first).
+                self._say(f"step {step}: {call['tool']} never reached the server before the run stopped; sending it")
                 settled = await self._execute(call_ev, rerun=True)
             elif settled is None:
                 self._close_server_intent(call, call_ev.id)  # the server's own record of the call, too

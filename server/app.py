@@ -170,11 +170,12 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
     def who(ctx: Context) -> Caller:
         return caller_of(ctx, session_id, default_run)
 
-    async def quick(tool: str, args: dict[str, Any], ctx: Context, fn: Callable[[], Any],
-                    summary: Callable[[Any], Any]) -> Any:
+    async def quick(tool: str, args: dict[str, Any], ctx: Context, fn: Callable[..., Any],
+                    summary: Callable[[Any], Any], pass_intent: bool = False) -> Any:
         c = who(ctx)
         return await anyio.to_thread.run_sync(lambda: service.record(
-            tool, args, fn, run_id=c.run_id, client=c.client(), call_id=c.call_id, summary=summary))
+            tool, args, fn, run_id=c.run_id, client=c.client(), call_id=c.call_id, summary=summary,
+            pass_intent=pass_intent))
 
     async def notes_for(problem: str | None, shape: str | None) -> list[dict[str, Any]]:
         notes = await anyio.to_thread.run_sync(lambda: service.notes(problem=problem, limit=20))
@@ -375,8 +376,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                 raise ToolError("shape needs problem")
             c = who(ctx)
             args = {"text": text, "problem": problem, "shape": shape, "tags": tags}
-            made = await quick("note", args, ctx, lambda: service.note(
-                text, problem=problem, shape=shape, tags=tags, run_id=c.run_id), lambda n: {"note_id": n["id"]})
+            made = await quick("note", args, ctx, lambda intent_id: service.note(
+                text, problem=problem, shape=shape, tags=tags, run_id=c.run_id, intent_id=intent_id),
+                lambda n: {"note_id": n["id"]}, pass_intent=True)
             return _ok(f"noted (#{made['id']})", models.NoteResult.model_validate(made))
 
     from server.prompts import register_prompts

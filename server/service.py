@@ -316,17 +316,18 @@ class Service:
         self._result("baseline", intent, bool(report.get("ok")), report, report.get("error"), run_id)
         return report
 
-    def record(self, tool: str, args: dict[str, Any], fn: Callable[[], Any], *, run_id: str | None = None,
+    def record(self, tool: str, args: dict[str, Any], fn: Callable[..., Any], *, run_id: str | None = None,
                client: dict[str, Any] | None = None, call_id: str | None = None,
-               summary: Callable[[Any], Any] | None = None) -> Any:
+               summary: Callable[[Any], Any] | None = None, pass_intent: bool = False) -> Any:
         """Run a quick operation (a log query, a note) logged like the others: intent, then result.
 
         `summary(out)` is what the result event stores (default: `out` itself), so a page of
         attempts read back is recorded as the ids it returned, not copied into the log again.
+        `pass_intent`: `fn` is given the intent's id (a note keeps it).
         """
         intent = self._intent(tool, args, run_id, client, call_id)
         try:
-            out = fn()
+            out = fn(intent.id) if pass_intent else fn()
         except Exception as exc:
             self._result(tool, intent, False, None, str(exc), run_id)
             raise
@@ -361,11 +362,15 @@ class Service:
         return self.log.best(problem, shape)
 
     def note(self, text: str, problem: str | None = None, shape: str | None = None,
-             tags: list[str] | None = None, run_id: str | None = None) -> dict[str, Any]:
+             tags: list[str] | None = None, run_id: str | None = None, intent_id: int | None = None) -> dict[str, Any]:
+        """`intent_id`: the call's tool.intent, kept in the note so that a client resuming after a crash
+        between the note and its tool.result finds the note it made instead of making it twice."""
         if problem is not None:
             self.resolve(problem, shape)
-        ev = self.log.append("note", {"problem": problem, "shape": shape, "text": text, "tags": tags or []},
-                             run_id=run_id)
+        payload: dict[str, Any] = {"problem": problem, "shape": shape, "text": text, "tags": tags or []}
+        if intent_id is not None:
+            payload["intent_id"] = intent_id
+        ev = self.log.append("note", payload, run_id=run_id)
         return {"id": ev.id, "ts": ev.ts}
 
     def notes(self, problem: str | None = None, run_id: str | None = None, limit: int = 20) -> list[dict]:

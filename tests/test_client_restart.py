@@ -161,6 +161,58 @@ def test_dangling_note_without_a_trace_is_closed_as_interrupted(tmp_path: Path) 
     assert [m.tool_call_id for m in tool_msgs] == ["n1", "b1"] and "interrupted" in tool_msgs[0].content
 
 
+def test_dangling_note_written_without_its_result_is_read_back(tmp_path: Path) -> None:
+    """The server wrote the note, then the run died before the server logged its tool.result: the note keeps its
+    intent's id, so the resumed client reads it back instead of closing it as interrupted (and the model being
+    told to note it again, twice in the log)."""
+    from client.policy import ToolCall, Turn
+
+    home = tmp_path
+    args = {"text": "only once", "problem": None, "shape": None, "tags": None}
+    with EventLog(home / "marathon.db") as log:
+        new_run(log, "half", 1)
+        log.append("model.turn", {"turn": 1, "text": "note it", "calls": [
+            {"id": "n1", "name": "note", "step": 1, "arguments": {"text": "only once"}}]}, run_id="half")
+        log.append("agent.call", {"step": 1, "call_id": "half/1", "tool": "note", "args": {"text": "only once"},
+                                  "turn": 1, "id": "n1"}, run_id="half")
+    service, _ = in_process(home)
+    intent = service._intent("note", args, "half", None, "half/1")
+    service.note("only once", run_id="half", intent_id=intent.id)  # ... and no tool.result: the crash
+    service.close()
+    end, _ = run_in_process(home, "half", Scripted(lambda ctx: Turn("unused", (ToolCall("x", "note", {}),))),
+                            resume=True)
+    assert end.state == "budget"
+    summary = check_invariants(home / "marathon.db", "half", 1)
+    assert summary["statuses"] == {"recovered": 1} and summary["notes"] == 1
+
+
+def test_dangling_note_that_never_reached_a_sharing_server_is_sent(tmp_path: Path) -> None:
+    """The client logged the call and died before the server received it; the server shares the log and has
+    no intent for it, so the note was never made: the resumed client sends it (once)."""
+    from client.policy import Turn
+
+    home = tmp_path
+    with EventLog(home / "marathon.db") as log:
+        new_run(log, "unsent", 2)
+        log.append("model.turn", {"turn": 1, "text": "", "calls": [
+            {"id": "b1", "name": "best", "step": 1, "arguments": {"problem": "softmax"}},
+            {"id": "n1", "name": "note", "step": 2, "arguments": {"text": "once"}}]}, run_id="unsent")
+        log.append("agent.call", {"step": 1, "call_id": "unsent/1", "tool": "best", "args": {"problem": "softmax"},
+                                  "turn": 1, "id": "b1"}, run_id="unsent")
+    service, _ = in_process(home)
+    # The first call did reach the server (so the log is known to be shared); the note's never did.
+    service.record("best", {"problem": "softmax"}, lambda: service.best("softmax"), run_id="unsent",
+                   call_id="unsent/1")
+    service.close()
+    with EventLog(home / "marathon.db") as log:
+        log.append("agent.call", {"step": 2, "call_id": "unsent/2", "tool": "note", "args": {"text": "once"},
+                                  "turn": 1, "id": "n1"}, run_id="unsent")
+    end, _ = run_in_process(home, "unsent", Scripted(lambda ctx: Turn("stop")), resume=True)
+    summary = check_invariants(home / "marathon.db", "unsent", 2)
+    assert end.state == "budget"
+    assert summary["notes"] == 1 and "interrupted" not in summary["statuses"], summary
+
+
 def test_a_run_cannot_be_driven_twice_at_once(tmp_path: Path) -> None:
     db = tmp_path / "marathon.db"
     with RunLock(db, "busy"):
