@@ -351,6 +351,8 @@ class NoteEntry(Open):
     shape: str | None = None
     tags: list[str] = Field(default_factory=list)
     run_id: str | None = None
+    intent_id: int | None = reported("the tool.intent of the call that wrote it (notes written since the field "
+                                     "existed)")
 
 
 class AttemptPage(Open):
