@@ -584,12 +584,10 @@ def rss_marks(samples: list[dict[str, Any]], steps: int, one_session: bool = Tru
     return out
 
 
-def straight(home: Path, steps: int, compact_at: int | None, timeout: float) -> dict[str, Any]:
-    home.mkdir(parents=True)
-    db = home / "marathon.db"
-    sampler = Sampler(db)
-    t0 = time.monotonic()
-    client = Client(home, run_argv(steps, compact_at), 0)
+
+def _finish(client: Any, sampler: Any, timeout: float, t0: float) -> tuple[int, float]:
+    """Wait for the last client of a run (killed when over time), then stop sampling and reap what it left:
+    its exit code and the wall time from `t0`."""
     sampler.keep.add(client.pid)
     sampler.pid = client.pid
     try:
@@ -600,6 +598,15 @@ def straight(home: Path, steps: int, compact_at: int | None, timeout: float) -> 
     wall = time.monotonic() - t0
     sampler.stop()
     reap_orphans(set())
+    return rc, wall
+
+def straight(home: Path, steps: int, compact_at: int | None, timeout: float) -> dict[str, Any]:
+    home.mkdir(parents=True)
+    db = home / "marathon.db"
+    sampler = Sampler(db)
+    t0 = time.monotonic()
+    client = Client(home, run_argv(steps, compact_at), 0)
+    rc, wall = _finish(client, sampler, timeout, t0)
     return {"rc": rc, "wall_s": round(wall, 2), "samples": sampler.samples, "client_stderr_tail":
             client.err.read_text()[-1500:] if rc else ""}
 
@@ -656,16 +663,7 @@ def killed(home: Path, steps: int, kills: int, seed: int, compact_at: int | None
         records.append(rec)
         client = Client(home, RESUME_ARGV, i + 1)
         launches.append({"n": i + 1, "started": client.started, "argv": "resume"})
-    sampler.keep.add(client.pid)
-    sampler.pid = client.pid
-    try:
-        rc = client.wait(timeout)
-    except subprocess.TimeoutExpired:
-        client.kill_nine()
-        rc = -9
-    wall = time.monotonic() - t0
-    sampler.stop()
-    reap_orphans(set())
+    rc, wall = _finish(client, sampler, timeout, t0)
     # Restart figures: from a resume's launch to its run.resume event and to its first new step.
     evs = [e for e in load_events(db) if e["run_id"] == RUN_ID]
     restarts = []

@@ -518,6 +518,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     checks_wanted = int(min(reps, MAX_CHECKS, affordable, max(MIN_CHECKS, CHECK_BYTES // max(out_bytes, 1))))
 
     rng = random.Random(secrets.randbits(64))
+    rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]  # refilled per checked rep
     samples: list[float] = []
     batches: list[bounds.BatchRecord] = []
     empty_walls: list[float] = []
@@ -580,7 +581,6 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     if commitment(outs[n * per:(n + 1) * per]) != commits[j]:
                         raise Refusal("timing_mismatch", f"the outputs {where} are not the ones it committed to "
                                                          "when its batch ended: they were written afterwards")
-                    rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]
                     problem.refill(rep_inputs, shape, seeds[j])
                     refs = as_outputs(problem.reference(*rep_inputs))
                     worst = max(worst, _compare_all(problem, outs[n * per:(n + 1) * per], refs, where))
