@@ -32,11 +32,12 @@ from typing import Any
 
 from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
-from tools.timing import commit_outputs, flush_buffers, gpu_spin, l2_flush
+from tools.timing import commit_outputs, flush_buffers, gpu_spin, l2_flush, raise_clocks
 
 REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
 FLUSH_BYTES = 256 * 1024 * 1024
+PILOT_CALLS = 9  # the pilot's median only picks the timing mode (tools.timing.GRAPH_BELOW_US)
 
 
 def _error(exc: BaseException, path: Path, fatal: bool = False) -> dict[str, Any]:
@@ -189,10 +190,13 @@ class Host:
         torch = self.torch
         inputs = self._inputs(msg)
         try:
-            self.entry(*inputs)
+            for _ in range(2):
+                self.entry(*inputs)
             self._sync()
+            if self.cuda:
+                raise_clocks()  # a pilot at the idle clock reads a 20 us kernel as 200 us, and picks eager timing
             times = []
-            for _ in range(5):
+            for _ in range(PILOT_CALLS):
                 start, end = self._event(), self._event()
                 start.record()
                 self.entry(*inputs)
@@ -241,6 +245,8 @@ class Host:
                 self.graph = graph
                 self.graph_outputs = self._outputs(raw)
                 outs = self.graph_outputs
+            if self.cuda:
+                raise_clocks()  # the first batch follows at once: its reps at the clock the rest run at
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
         self.out_specs = [wire.tensor_spec(o) for o in outs]

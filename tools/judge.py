@@ -29,7 +29,7 @@ from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.sandbox import Sandbox, Spawned
-from tools.timing import GRAPH_BELOW_US, commitment, summarize
+from tools.timing import GRAPH_BELOW_US, commitment, raise_clocks, summarize
 
 TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
@@ -460,7 +460,9 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
     else:
         release_parked(worker)  # no candidate process may live while the judge calibrates
         modes = (False, True) if worker.cuda else (False,)
-        calibrate(modes[-1])  # raises the clocks from idle; not kept
+        if worker.cuda:
+            raise_clocks()  # calibrated at the idle clock, the overhead would be the slow one
+        calibrate(modes[-1])  # its first sequence's one-off costs; not kept
         overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
         worker.calibrations[key] = (time.monotonic(), overhead)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
@@ -742,8 +744,11 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
                             f"{flops / 1e9:.2f} GFLOP at {ceil['bf16_tflops'] * bounds.CEILING_MARGIN:.0f} TFLOP/s): "
                             "the timing cannot be real")
     elif not bracket.ok:
+        hint = ("; an eager call that spends more host time than the GPU work queued ahead of it (short kernels "
+                "launched from Python) leaves wall time the samples cannot show: time it with graph replay "
+                "(graph on)") if not timing["graph"] and worker.cuda else ""
         report.update(ok=False, correct=False, verified=False, error_class="timing_mismatch", speedup=None,
-                      error=f"timing refused: {bracket.reason}")
+                      error=f"timing refused: {bracket.reason}{hint}")
     if statistics.median(timing["samples"]) <= 0:
         report.update(ok=False, correct=False, verified=False, error_class="impossible_timing", speedup=None,
                       error="the reported timing samples are not positive")

@@ -98,6 +98,35 @@ def gpu_spin(cycles: int) -> None:
         torch.cuda._sleep(int(cycles))
 
 
+CLOCK_PROBE_CYCLES = 2_000_000  # one probe spin: about 1 ms at the H200's 1,980 MHz, 6 ms at its idle 345
+CLOCK_STEADY = 0.03  # two probes this close in wall time: the clock has stopped rising
+CLOCK_RAISE_MAX_S = 0.4
+
+
+def raise_clocks(max_s: float = CLOCK_RAISE_MAX_S) -> float:
+    """Keep the GPU busy until its SM clock stops rising (or `max_s` passes); the seconds it took.
+
+    An idle GPU sits at a fraction of its clock (345 MHz on the H200) and rises only under load: calls timed in
+    the first milliseconds of work after an idle spell (a candidate's checks are mostly the host compiling) run
+    several times slower than the rest, which made one profile's pilot pick eager timing for a 20 us kernel and
+    its samples spread by 99%. Equal spins that take the same wall time twice in a row mean a steady clock."""
+    import torch
+
+    t_start = time.perf_counter()
+    last = None
+    while True:
+        t0 = time.perf_counter()
+        torch.cuda._sleep(CLOCK_PROBE_CYCLES)
+        torch.cuda.synchronize()
+        took = time.perf_counter() - t0
+        if last is not None and abs(took - last) <= CLOCK_STEADY * last:
+            break
+        last = took
+        if time.perf_counter() - t_start > max_s:
+            break
+    return time.perf_counter() - t_start
+
+
 def commit_outputs(outs: Any, row: Any) -> None:
     """Write into `row` (int64, one per output) the sum of each output's bit patterns.
 
