@@ -26,7 +26,8 @@ import math
 import os
 import socket
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,32 @@ REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
 FLUSH_BYTES = 256 * 1024 * 1024
 PILOT_CALLS = 9  # the pilot's median only picks the timing mode (tools.timing.GRAPH_BELOW_US)
+
+
+@contextmanager
+def _call_profiler() -> Iterator[None]:
+    """MARATHON_DIAG_PROFILE=N: the N functions of most cumulative time in the first call of a candidate process
+    (its Triton compiles), printed to the process's output (a profile report's output_tail). A diagnostic of where a
+    fresh process's first call goes; nothing reads it."""
+    top = int(os.environ.get("MARATHON_DIAG_PROFILE") or 0)
+    if top <= 0:
+        yield
+        return
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(top)
+        rows = [ln.split(None, 5) for ln in text.getvalue().splitlines()]
+        rows = [r for r in rows if len(r) == 6 and r[3].replace(".", "", 1).isdigit()]
+        print("\n".join(f"{r[3]} {r[5][-90:]}" for r in rows[:top]), flush=True)
 
 
 def _error(exc: BaseException, path: Path, fatal: bool = False) -> dict[str, Any]:
@@ -88,6 +115,7 @@ class Host:
         self.events: list[tuple[Any, Any]] = []
         self.out_specs: list[dict[str, Any]] = []
         self.last_checksums: list[Any] | None = None
+        self.calls_made = 0
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -164,8 +192,10 @@ class Host:
         before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self._sync()
         t1 = time.perf_counter()
+        diag = _call_profiler() if not self.calls_made else None
+        self.calls_made += 1
         try:
-            with self._cpu_gluon(), self._guarded():
+            with self._cpu_gluon(), self._guarded(), diag or nullcontext():
                 raw = self.entry(*inputs)
             self._sync()
         except BaseException as exc:
