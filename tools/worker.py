@@ -169,6 +169,13 @@ def _preload_for_candidates() -> None:
         from triton.runtime.jit import KernelInterface  # noqa: F401
     except ImportError:
         pass
+    # The first op under a TorchDispatchMode imports torch._dynamo (2.2 s on a CI core, about 5 s on the H200's
+    # host): every candidate's first guarded call paid it, more than most kernels' compiles. A CPU op under the
+    # guard imports it here, once; nothing of CUDA is touched.
+    from tools.guard import compute_guard
+
+    with compute_guard():
+        torch.empty(1).fill_(0)
 
 
 def _die_with_the_server(sandbox: Any) -> None:
