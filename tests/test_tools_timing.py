@@ -40,3 +40,26 @@ def test_interleaved_measure_on_gpu() -> None:
     assert stats["copy"]["median_us"] > 0 and stats["mul"]["reps"] == stats["copy"]["reps"]
     g = t.measure({"copy": lambda: x.clone()}, graph=True, budget_s=0.2)
     assert g["copy"]["mode"] == "cuda_graph"
+
+
+@pytest.mark.parametrize(("gpu_us", "host_us", "graph"), [
+    (20.0, 30.0, True),  # short: graph
+    (198.0, 60.0, True),  # short, just under the threshold
+    (570.0, 150.0, False),  # long and GPU-bound (KDA): eager
+    (250.0, 210.0, True),  # long on the GPU, but launching it takes the host most of that: eager reps host-bound
+    (float("nan"), 10.0, False),  # no usable pilot: eager, the safe default
+    (400.0, None, False),  # an old pilot without host time
+])
+def test_auto_mode_takes_graph_for_short_or_host_bound_calls(gpu_us: float, host_us: float | None,
+                                                             graph: bool) -> None:
+    from tools.judge import takes_graph
+
+    assert takes_graph(gpu_us, host_us) is graph
+
+
+@pytest.mark.gpu
+def test_raise_clocks_returns_once_the_clock_is_steady() -> None:
+    from tools.timing import CLOCK_RAISE_MAX_S, raise_clocks
+
+    took = raise_clocks()
+    assert 0 < took < CLOCK_RAISE_MAX_S + 0.1

@@ -29,7 +29,7 @@ from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.sandbox import Sandbox, Spawned
-from tools.timing import GRAPH_BELOW_US, commitment, raise_clocks, summarize
+from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, commitment, raise_clocks, summarize
 
 TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
@@ -469,6 +469,18 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
                       int(calib.flush_bytes), int(calib.spin_cycles), l2)
 
 
+def takes_graph(gpu_us: Any, host_us: Any) -> bool:
+    """Auto mode: graph replay for a short call (GPU time under GRAPH_BELOW_US) or one whose host time is a large
+    share of its GPU time. Eager reps of the latter are bound by the host, and the wall the bracket checks holds
+    host time no sample shows (a tuner's MLA configuration at B = 1: 34 us of GPU, over 200 us of launching, refused
+    as timing_mismatch). The values come from the candidate's process: a lie only changes the mode, and both modes
+    are bracketed."""
+    if not isinstance(gpu_us, (int, float)) or not math.isfinite(gpu_us):
+        return False
+    host = float(host_us) if isinstance(host_us, (int, float)) and math.isfinite(host_us) else 0.0
+    return gpu_us < GRAPH_BELOW_US or host > HOST_BOUND_SHARE * gpu_us
+
+
 def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session, graph_mode: Any,
                     job: dict[str, Any], plan: TimingPlan) -> dict[str, Any]:
     """Timed reps in the candidate's process, every batch bracketed here and a sample of reps checked here."""
@@ -483,7 +495,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         if not answer.header.get("ok"):
             _raise_error(answer.header)
         pilot = answer.header.get("pilot_us")
-        graph = isinstance(pilot, (int, float)) and pilot < GRAPH_BELOW_US
+        graph = takes_graph(pilot, answer.header.get("host_us"))
     else:
         pilot = None
         graph = bool(graph_mode)

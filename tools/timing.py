@@ -28,7 +28,9 @@ REP_FLUSH_BYTES = 2 * L2_FLUSH_BYTES
 # flush's GPU time.
 WARM_SPIN_CYCLES = 1 << 18
 L2_REGIMES: dict[str, tuple[int, int]] = {"cold": (REP_FLUSH_BYTES, 0), "warm": (0, WARM_SPIN_CYCLES)}
-GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when an eager call takes less than this
+GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when a call's GPU time is less than this
+# ... or when launching it takes the host more than this share of its GPU time: eager reps would be host-bound
+HOST_BOUND_SHARE = 0.5
 # For measuring the flush itself: MARATHON_L2_FLUSH=write flushes by writing (the old way).
 FLUSH_BY_WRITE = os.environ.get("MARATHON_L2_FLUSH", "read") == "write"
 

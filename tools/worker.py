@@ -153,7 +153,7 @@ def _preload_for_candidates() -> None:
     """What every candidate process needs, imported once here so a fork has it (and no file read is needed
     after the sandbox closes): torch, Triton, the harness, the guard's dispatch machinery."""
     import torch
-    import torch.utils._python_dispatch  # noqa: F401
+    import torch.utils._python_dispatch
     import triton
     import triton.language  # noqa: F401
 
