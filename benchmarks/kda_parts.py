@@ -1,6 +1,6 @@
 """Per-kernel GPU time of a KDA forward: the project's solution and FLA's chunk_kda, side by side.
 
-    python benchmarks/kda_parts.py [--shape bench] [--set PREP_FULL=1] [--no-fla] [--repeats 20]
+    python benchmarks/kda_parts.py [--shape bench] [--set AKK_BF16=0] [--no-fla] [--repeats 20]
 
 The profile tool times a whole entry(); this says which kernel the time is in, from the CUDA activity
 records of torch.profiler (device time of each kernel, averaged over the repeats, warm L2 and caches).

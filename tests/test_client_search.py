@@ -75,13 +75,14 @@ MLA_SOLUTION_VALID = [  # compiled within the limit
     {"GLUON_BLOCK_N": 128, "GLUON_STAGES": 1},  # 225304
 ]
 KDA_SOLUTION_INVALID = [
-    {"PREP_FULL": 1, "NUM_WARPS_PREP": 4, "PREP_GLUON": 0},  # entry() refuses it
+    {"NUM_WARPS_PREP": 4, "PREP_GLUON": 0},  # not a choice: entry() refuses it
     {"AKK_BF16": 1, "INV_PRECISION": "tf32"},  # entry() refuses it
     {"USE_GLUON_SCAN": 0, "BV": 128, "NUM_STAGES": 3},  # 253952 bytes
     {"USE_GLUON_SCAN": 0, "BV": 16, "NUM_STAGES": 4},  # not a choice (241664 bytes)
     {"GLUON_SCAN_BV": 128, "GLUON_SCAN_STAGES": 3},  # 286744 bytes
     {"USE_GLUON_SCAN": 1, "BV": 64},  # the Triton scan's knobs where the Gluon scan runs
-    {"PREP_FULL": 0, "SOLVE_APART": 0},  # the sub-block prep ignores SOLVE_APART
+    {"PREP_GLUON": 1, "GATE_APART": 0},  # the Gluon prep forms the gate itself
+    {"PREP_GLUON": 1, "GATE_APART": 1, "GATE_BK": 32},  # the gate kernel's knobs where it does not run
 ]
 KDA_SOLUTION_VALID = [
     {"USE_GLUON_SCAN": 0, "BV": 64, "NUM_STAGES": 3},  # 212992 bytes
@@ -89,7 +90,8 @@ KDA_SOLUTION_VALID = [
     {"GLUON_SCAN_BV": 64, "GLUON_SCAN_STAGES": 3},  # 229400
     {"GLUON_SCAN_BV": 128, "GLUON_SCAN_STAGES": 2},  # 213008
     {"AKK_BF16": 0, "INV_PRECISION": "tf32x3"},
-    {"PREP_FULL": 0, "NUM_WARPS_PREP": 4, "MAXNREG_PREP": None, "SCORES_FP32": True, "MAXNREG_PREP_FULL": None},
+    {"PREP_GLUON": 0, "GATE_APART": 0, "NUM_WARPS_PREP": 16, "MAXNREG_PREP_FULL": 168},  # the Triton prep's knobs
+    {"PREP_GLUON": 0, "GATE_APART": 1, "GATE_BK": 32, "NUM_WARPS_GATE": 8},  # the gate kernel's
 ]
 
 

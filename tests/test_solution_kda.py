@@ -1,6 +1,7 @@
 """The chunked KDA solution (kernels/kda/solution.py) under the Triton interpreter, in float32: tolerance
 against the recurrent reference at the check shapes and beyond, the gate at its -5 bound (the re-centring),
-and no future gate reaching an earlier output, for each variant of the prep and solve kernels."""
+and no future gate reaching an earlier output, for each variant of the prep and solve kernels that runs on the
+CPU (the Gluon kernels are checked on the GPU and compiled for sm_90 here)."""
 
 from __future__ import annotations
 
@@ -18,22 +19,19 @@ from tests.test_problem_kda import check_float32_kernel, dims, within
 SOLUTION = Path(__file__).resolve().parent.parent / "kernels" / "kda" / "solution.py"
 
 
-VARIANTS = {  # (PREP_FULL, SOLVE_APART, GATE_APART, AKK_BF16)
-    "subblock-prep": (0, 0, 0, 0),
-    "full-tile-prep": (1, 0, 0, 0),
-    "full-tile-prep-solve-apart": (1, 1, 0, 0),
-    "gate-apart-akk-bf16": (1, 1, 1, 1),  # each switch alone: test_new_switches_pass
+VARIANTS: dict[str, dict[str, object]] = {
+    "defaults": {},  # the gate in a kernel of its own, Akk in the input dtype, the "input" inverse
+    "gate-in-prep": {"GATE_APART": 0},
+    "gate-in-prep-float32-akk-tf32-inverse": {"GATE_APART": 0, "AKK_BF16": 0, "INV_PRECISION": "tf32"},
 }
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS.values()), ids=list(VARIANTS))
 def solution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """Both prep kernels (PREP_FULL 0 and 1), the full-tile one with its solve inside or in a kernel of its own
-    (SOLVE_APART), with its gate in a kernel of its own (GATE_APART) and Akk in the input dtype (AKK_BF16),
-    must give the same results; the scan is shared."""
-    prep_full, solve_apart, gate_apart, akk_bf16 = request.param
-    return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), PREP_FULL=prep_full,
-                              SOLVE_APART=solve_apart, GATE_APART=gate_apart, AKK_BF16=akk_bf16)
+    """The Triton prep with its gate in a kernel of its own or inside it (GATE_APART), and the solve with Akk in
+    the input dtype or in float32 (AKK_BF16) under another inverse precision, must give the same results; the
+    scan is shared."""
+    return configured_variant(SOLUTION, tmp_path_factory.mktemp("kda"), **request.param)
 
 
 def _check(solution: ModuleType, inputs: tuple, max_err: float = 1e-5) -> None:
@@ -94,38 +92,31 @@ def test_no_future_gate_leaks_into_earlier_outputs(solution: ModuleType, t0: int
 
 
 @interpreted
-@pytest.mark.parametrize(("switches", "case"), [
-    ({"SOLVE_APART": 0, "GATE_APART": 1, "AKK_BF16": 0}, "odd"),
-    ({"SOLVE_APART": 0, "GATE_APART": 1, "AKK_BF16": 0}, "bound"),
-    ({"SOLVE_APART": 1, "GATE_APART": 1, "AKK_BF16": 1}, "bound"),
-], ids=["gate-apart-solve-inside-odd", "gate-apart-solve-inside-bound", "gate-apart-akk-bf16-bound"])
-def test_new_switches_pass(tmp_path: Path, switches: dict[str, int], case: str) -> None:
-    """GATE_APART with the solve inside (the fixture's variant with AKK_BF16 runs every test above), and the gate
-    kernel's padding: the gate at its bound over the whole last chunk of 40 rows, whose G past T must be G_last
-    (0 there gives e^200 from the sub-block's centre) and whose centre past T (row 48) must be finite. In
-    float32 Akk stays float32 (the input dtype), so AKK_BF16 alone is the fixture's solve-apart variant here: its
-    bf16 path is checked in test_gpu_bf16_solution_passes and test_gpu_akk_bf16_gives_the_same_outputs."""
-    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, **switches)
-    if case == "odd":
-        _check(module, make_inputs(PROBLEM.dims("odd"), 0, "cpu", torch.float32))
-    else:
-        inputs = _gate_at_bound_inputs(40, last_at_bound=True)
-        o, s = module.entry(*inputs)
-        assert bool(torch.isfinite(o).all() and torch.isfinite(s).all())
-        _check(module, inputs)
+@pytest.mark.parametrize("gate_apart", [1, 0], ids=["gate-apart", "gate-in-prep"])
+def test_gate_at_bound_over_a_ragged_last_chunk(tmp_path: Path, gate_apart: int) -> None:
+    """The gate kernel's padding: the gate at its bound over the whole last chunk of 40 rows, whose G past T must
+    be G_last (0 there gives e^200 from the sub-block's centre) and whose centre past T (row 48) must be finite;
+    and the same with the gate inside the prep. In float32 Akk stays float32 (the input dtype), so AKK_BF16 changes
+    nothing here: its bf16 path is checked in test_gpu_bf16_solution_passes and
+    test_gpu_akk_bf16_gives_the_same_outputs."""
+    module = configured_variant(SOLUTION, tmp_path, GATE_APART=gate_apart)
+    inputs = _gate_at_bound_inputs(40, last_at_bound=True)
+    o, s = module.entry(*inputs)
+    assert bool(torch.isfinite(o).all() and torch.isfinite(s).all())
+    _check(module, inputs)
 
 
-def test_full_tile_prep_refuses_fewer_than_eight_warps(tmp_path: Path) -> None:
-    """At 4 warps the full-tile prep kernel with its solve inside was wrong on the H200 (and without it is
+def test_triton_prep_refuses_fewer_than_eight_warps(tmp_path: Path) -> None:
+    """At 4 warps the Triton prep kernel with the solve inside was wrong on the H200 (and without it is
     unchecked there): a clear error, not a wrong answer."""
-    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, NUM_WARPS_PREP=4)
+    module = configured_variant(SOLUTION, tmp_path, NUM_WARPS_PREP=4)
     with pytest.raises(ValueError, match="NUM_WARPS_PREP >= 8"):
         module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
 
 
 def test_akk_bf16_refuses_other_inverse_precisions(tmp_path: Path) -> None:
     """Akk in the input dtype only loses nothing where the inverse rounds it to that dtype anyway ("input")."""
-    module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, SOLVE_APART=1, AKK_BF16=1, INV_PRECISION="tf32")
+    module = configured_variant(SOLUTION, tmp_path, AKK_BF16=1, INV_PRECISION="tf32")
     with pytest.raises(ValueError, match="AKK_BF16 = 1 needs INV_PRECISION = 'input'"):
         module.entry(*make_inputs(PROBLEM.dims("small"), 0, "cpu", torch.float32))
 
@@ -166,8 +157,7 @@ def test_gpu_akk_bf16_gives_the_same_outputs(tmp_path: Path, shape: str) -> None
     inputs = PROBLEM.inputs(shape, 0, "cuda")
     outs = []
     for akk_bf16 in (0, 1):
-        module = configured_variant(SOLUTION, tmp_path, PREP_FULL=1, SOLVE_APART=1, AKK_BF16=akk_bf16,
-                                    INV_PRECISION="input")
+        module = configured_variant(SOLUTION, tmp_path, AKK_BF16=akk_bf16, INV_PRECISION="input")
         with guard.candidate_guard():
             outs.append(module.entry(*inputs))
     for x, y in zip(*outs):

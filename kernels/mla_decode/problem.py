@@ -8,28 +8,21 @@ tests in tests/test_problem_approximations.py): dropped keys (the last 1/8 or 1/
 attention over only the top quarter of the keys by score), an fp8 cache, scores from 448 of the 512
 latent columns, 448 of the 512 output columns. It does not reliably reject scores rounded to bf16,
 and it admits sparse attention over the top 7/8 of the keys, as no cheaper than reading them all.
+
+The float64 reference and the geometry (D_LATENT, D_ROPE, D_QK, SOFTMAX_SCALE) are in reference.py, beside this
+module, which re-exports them.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 
 import torch
 
-from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance, refill_generator
-
-D_LATENT = 512  # kv_lora_rank: width of the latent c_kv, also the value / output width
-D_ROPE = 64  # qk_rope_head_dim: width of the decoupled rotary part
-D_QK = D_LATENT + D_ROPE  # 576: the width of q and of a cache row
-
-# DeepSeek-V3's scale is 1/sqrt(qk_nope_head_dim + qk_rope_head_dim) = 1/sqrt(128 + 64): absorbing
-# W_UK into q changes the width of the dot product (576) but not its value, so the scale stays that
-# of the naive per-head attention. V3 multiplies it by a YaRN factor (mscale^2, ~1.9 at its 40x
-# context extension); we leave that out: it is a model constant, not part of the kernel's problem.
-# FlashMLA's tests use 1/sqrt(576) instead; a candidate must use this value.
-SOFTMAX_SCALE = 1.0 / math.sqrt(128 + 64)
+from kernels.mla_decode.reference import D_LATENT, D_QK, SOFTMAX_SCALE, reference
+from kernels.mla_decode.reference import D_ROPE as D_ROPE  # re-exported: callers read the geometry here
+from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance, refill_generator
 
 # Inputs are standard normal, so a score q.k * scale has standard deviation sqrt(576/192) = 1.73:
 # attention over S keys is neither flat nor one-hot (largest weight at S = 8192 is a few percent).
@@ -127,14 +120,6 @@ def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
     gen = refill_generator(q.device).manual_seed(seed)
     q.normal_(0.0, INPUT_STD, generator=gen)
     kv.normal_(0.0, INPUT_STD, generator=gen)
-
-
-def reference(q: torch.Tensor, kv: torch.Tensor) -> Outputs:
-    """The absorbed form in float64 on the upcast inputs; float32 out."""
-    q64, kv64 = q.to(torch.float64), kv.to(torch.float64)
-    scores = torch.bmm(q64, kv64.transpose(1, 2)) * SOFTMAX_SCALE
-    p = torch.softmax(scores, dim=-1)
-    return (torch.bmm(p, kv64[..., :D_LATENT]).to(torch.float32),)
 
 
 def flops(dims: Dims) -> float:

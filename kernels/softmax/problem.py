@@ -1,14 +1,15 @@
 """Row softmax: the warm-up problem, small enough to learn the tools on.
 
 softmax(x) over the last dimension of a 2-D float32 tensor. Memory-bound: one read of x and one
-write of the output is the floor, so the roofline is bandwidth.
+write of the output is the floor, so the roofline is bandwidth. The float64 reference is in reference.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernels.spec import Baseline, Dims, Inputs, Outputs, Problem, Tolerance, refill_generator
+from kernels.softmax.reference import reference
+from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance, refill_generator
 
 # Every row is shifted by an offset; the offsets are spread evenly over [-ROW_OFFSET, ROW_OFFSET]
 # and shuffled. Softmax does not change, but exp() of an unshifted row overflows float32 (above
@@ -65,13 +66,6 @@ def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
     rows = x.shape[0]
     spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=x.device, dtype=x.dtype)
     x.add_(spread[torch.randperm(rows, generator=gen, device=x.device)][:, None])
-
-
-def reference(x: torch.Tensor) -> Outputs:
-    """Softmax in float64 with the max subtracted, returned as float32."""
-    x64 = x.to(torch.float64)
-    e = torch.exp(x64 - x64.amax(dim=-1, keepdim=True))
-    return ((e / e.sum(dim=-1, keepdim=True)).to(torch.float32),)
 
 
 def flops(dims: Dims) -> float:
