@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +41,28 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 @pytest.fixture
 def marathon_home(_isolated_home: Path) -> Path:
     return _isolated_home
+
+
+@pytest.fixture(scope="session")
+def interpreter_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One warm interpreter worker pool for the CPU timed-protocol tests: a worker's start is seconds of CI."""
+    from tools.pool import WorkerPool
+
+    with WorkerPool(gpus=[], root=tmp_path_factory.mktemp("workers")) as pool:
+        pool.warm()
+        yield pool
+
+
+@pytest.fixture
+def cpu_timed(interpreter_pool: Any) -> Callable[[str], dict[str, Any]]:
+    """Profile a softmax source at `small` by the wall clock (`cpu_timing`): every step of a GPU profile's timed
+    protocol, with nothing timed that means anything."""
+
+    def profile(source: str) -> dict[str, Any]:
+        return interpreter_pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
+                                     "cpu_timing": True, "budget_s": 0.05}, timeout=240)
+
+    return profile
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

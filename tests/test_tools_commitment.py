@@ -7,24 +7,15 @@ judge has named the reps it checks.
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
+from typing import Any
 
 from kernels import starter_path
-from tools.pool import WorkerPool
 
 STARTER = starter_path("softmax").read_text()
+Profile = Callable[[str], dict[str, Any]]  # conftest.cpu_timed
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory):
-    with WorkerPool(gpus=[], root=tmp_path_factory.mktemp("workers")) as p:
-        p.warm()
-        yield p
-
-
-def timed(pool: WorkerPool, source: str) -> dict:
-    return pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
-                     "cpu_timing": True, "budget_s": 0.05}, timeout=240)
 
 
 # Wrong on purpose whenever an input repeats one seen before (keyed on four sampled values, read through a
@@ -39,12 +30,12 @@ def _key(x):
 '''
 
 
-def test_no_timed_rep_sees_inputs_seen_before(pool: WorkerPool) -> None:
+def test_no_timed_rep_sees_inputs_seen_before(cpu_timed: Profile) -> None:
     src = STARTER.replace("def entry(", ZEROS_ON_REPEAT + "\n\ndef entry(", 1)
     src = src.replace("    rows, cols = x.shape\n", "    k = _key(x)\n    if k in _SEEN_KEYS:\n"
                       "        return torch.zeros_like(x)\n    _SEEN_KEYS.add(k)\n    rows, cols = x.shape\n", 1)
     assert src.count("_SEEN_KEYS") == 3
-    r = timed(pool, src)
+    r = cpu_timed(src)
     assert r["correct"] is True, (r["error_class"], r["error"])
     # Every rep was checked (small outputs), so not one of the 30 timed reps saw a repeated input.
     assert r["verification"]["bounds"]["checked_reps"] == r["timing"]["reps"] == 30
@@ -87,13 +78,13 @@ _Host.batch, _Host.fetch = _lazy_batch, _late_fetch
 '''
 
 
-def test_outputs_written_after_the_batch_break_their_commitment(pool: WorkerPool) -> None:
-    r = timed(pool, FILL_STASH_LATE + STARTER)
+def test_outputs_written_after_the_batch_break_their_commitment(cpu_timed: Profile) -> None:
+    r = cpu_timed(FILL_STASH_LATE + STARTER)
     assert r["correct"] is False and r["error_class"] == "timing_mismatch", (r["error_class"], r["error"])
     assert "committed" in r["error"]
 
 
-def test_a_patched_harness_that_drops_the_commitments_is_a_protocol_error(pool: WorkerPool) -> None:
+def test_a_patched_harness_that_drops_the_commitments_is_a_protocol_error(cpu_timed: Profile) -> None:
     src = ('''
 import torch as _torch
 
@@ -109,5 +100,5 @@ def _no_commit(self, msg):
 
 _Host.batch = _no_commit
 ''' + STARTER)
-    r = timed(pool, src)
+    r = cpu_timed(src)
     assert r["correct"] is False and r["error_class"] == "protocol_error", (r["error_class"], r["error"])

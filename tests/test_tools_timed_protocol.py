@@ -7,43 +7,36 @@ that target that protocol are caught here in CI, not only on an H200.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from kernels import starter_path
-from tools.pool import WorkerPool
 
 STARTER = starter_path("softmax").read_text()
+Profile = Callable[[str], dict[str, Any]]  # conftest.cpu_timed
 RETURN = "    return out\n"
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory):
-    with WorkerPool(gpus=[], root=tmp_path_factory.mktemp("workers")) as p:
-        p.warm()
-        yield p
 
 
-def timed(pool: WorkerPool, source: str) -> dict:
-    return pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
-                     "cpu_timing": True, "budget_s": 0.05}, timeout=240)
-
-
-def test_an_honest_kernel_is_timed_with_every_rep_checked(pool: WorkerPool) -> None:
-    r = timed(pool, STARTER)
+def test_an_honest_kernel_is_timed_with_every_rep_checked(cpu_timed: Profile) -> None:
+    r = cpu_timed(STARTER)
     assert r["correct"] is True and r["verified"] is False, (r["error_class"], r["error"])  # never verified on a CPU
     assert r["timing"]["mode"] == "cpu_wall_clock" and r["timing"]["reps"] == 30
     bounds = r["verification"]["bounds"]
     assert bounds["bracket"]["ok"] and bounds["checked_reps"] == r["timing"]["reps"]
 
 
-def test_honest_until_the_timed_reps_then_cached_is_caught_at_a_timed_rep(pool: WorkerPool) -> None:
+def test_honest_until_the_timed_reps_then_cached_is_caught_at_a_timed_rep(cpu_timed: Profile) -> None:
     """Honest for the checks (and the warm-up), then it returns its last output: a rep with new inputs shows it."""
     src = STARTER.replace("def entry(", "_SEEN = []\n\n\ndef entry(", 1)
     src = src.replace(RETURN, "    _SEEN.append(out)\n    return out\n", 1)
     src = src.replace("    rows, cols = x.shape\n", "    if len(_SEEN) >= 7:\n        return _SEEN[-1]\n"
                       "    rows, cols = x.shape\n", 1)
     assert src.count("_SEEN") == 4
-    r = timed(pool, src)
+    r = cpu_timed(src)
     assert r["correct"] is False and r["error_class"] == "incorrect", r
     assert "timed rep" in r["error"]
 
@@ -57,8 +50,8 @@ _host.WallEvent.elapsed_time = lambda self, end: _elapsed(self, end) / 100
 '''
 
 
-def test_samples_patched_to_a_hundredth_are_refused_by_the_bracket(pool: WorkerPool) -> None:
-    r = timed(pool, PATCH_EVENTS + STARTER)
+def test_samples_patched_to_a_hundredth_are_refused_by_the_bracket(cpu_timed: Profile) -> None:
+    r = cpu_timed(PATCH_EVENTS + STARTER)
     assert r["correct"] is False and r["error_class"] == "timing_mismatch", r
 
 
@@ -84,10 +77,10 @@ _Host.batch = _forged
 '''
 
 
-def test_a_median_pushed_down_while_the_sum_fits_the_wall_is_refused(pool: WorkerPool) -> None:
+def test_a_median_pushed_down_while_the_sum_fits_the_wall_is_refused(cpu_timed: Profile) -> None:
     """The samples' sum still accounts for each batch's wall; their median, which is what gets reported, does
     not describe the reps that ran."""
-    r = timed(pool, PATCH_MEDIAN + STARTER)
+    r = cpu_timed(PATCH_MEDIAN + STARTER)
     assert r["correct"] is False and r["error_class"] == "timing_mismatch", r
     assert "median" in r["error"]
 
@@ -115,12 +108,12 @@ _Host.time_setup = _reporting
 
 @pytest.mark.parametrize(("l2", "flush"), [("cold", "flush_bytes=1048576 buffer=True"),
                                            ("warm", "flush_bytes=0 buffer=False")])
-def test_a_profile_times_in_the_l2_regime_it_asked_for(pool: WorkerPool, l2: str, flush: str) -> None:
+def test_a_profile_times_in_the_l2_regime_it_asked_for(interpreter_pool: Any, l2: str, flush: str) -> None:
     """A warm profile's reps run with no flush at all (no buffer, nothing launched); its report says which
     regime it ran in; and its timed loop ran in full, every rep checked, within the bracket."""
     source = f"# timed {l2}\n" + REPORT_FLUSH + STARTER  # its own source: no process kept from another regime
-    r = pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source, "cpu_timing": True,
-                  "budget_s": 0.05, "l2": l2}, timeout=240)
+    r = interpreter_pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
+                              "cpu_timing": True, "budget_s": 0.05, "l2": l2}, timeout=240)
     assert r["correct"] is True, (r["error_class"], r["error"])
     assert r["timing"]["l2"] == l2
     assert flush in r["output_tail"] and r["output_tail"].count("flush_bytes=") == 1, r["output_tail"]
