@@ -155,6 +155,9 @@ class TunerPolicy:
     # -- starting: the base kernel and its space ----------------------------------------------------
 
     def _start(self, context: TurnContext, problem: str, shape: str) -> Turn | Search:
+        began = self._began_from(str(context.pinned.get("run_id")), problem, shape)
+        if began is not None:
+            return self._search_for(context, *began, problem, shape)
         start = self.options["start"]
         base: str | None = None
         origin = ""
@@ -182,6 +185,18 @@ class TunerPolicy:
                 return self._end(f"{NOTHING_TO_TUNE}: neither a best kernel nor the starter of {problem} could be "
                                  "read.")
         return self._search_for(context, base, origin, problem, shape)
+
+    def _began_from(self, run_id: str, problem: str, shape: str) -> tuple[str, str] | None:
+        """The kernel this run's search began from, read back from its first profile in the log: a resumed run goes
+        on with the same search even when the file it started from (solution.py, the log's best) has changed since,
+        instead of starting another one over a kernel its earlier trials never measured."""
+        for ev in self._event_log().events(run_id=run_id, kinds=["agent.call"]):
+            args = ev.payload.get("args") or {}
+            if (ev.payload.get("tool") == "profile" and isinstance(args.get("source"), str)
+                    and args.get("problem") == problem and (args.get("shape") or "bench") == shape):
+                return args["source"], f"the kernel this run's search began from (its first profile, step " \
+                                       f"{ev.payload.get('step')})"
+        return None
 
     def _search_for(self, context: TurnContext, base: str, origin: str, problem: str, shape: str) -> Turn | Search:
         try:
