@@ -63,7 +63,6 @@ MLA_SOLUTION_INVALID = [  # sm_90 compiles at bench: shared memory past 232448 b
     {"BLOCK_H": 64, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2},  # the accumulator cannot live in registers
     {"GLUON_BLOCK_N": 32, "GLUON_STAGES": 5},  # not a choice
     {"GLUON_BLOCK_N": 64, "GLUON_STAGES": 3},  # 294912 bytes
-    {"USE_TMA": 0, "WARP_SPECIALIZE": 1},  # the same kernel as WARP_SPECIALIZE = 0
     {"BLOCK_H": 32, "GLUON_STAGES": 3, "GLUON_BLOCK_N": 32},  # Gluon knobs where the Gluon kernel never runs
 ]
 MLA_SOLUTION_VALID = [  # compiled within the limit

@@ -9,7 +9,7 @@ splits of each (batch, head) by their log-sum-exp. When one split is enough (a b
 fill the GPU by itself: B > 264 with the defaults) the first kernel writes the output and the second is
 not launched. On a GPU, splits of two or more tiles (B = 64: two splits of 64 tiles each) run the same
 program written in Gluon, `mla_split_gluon_kernel`, whose cache copies are issued as soon as a buffer frees
-(measured on the H200 at bench_b64: 286 -> 199 us, 3.08 TB/s; BENCHMARKS.md).
+(figures in BENCHMARKS.md, "Fifth round").
 
 Why split: at B=1 the whole cache is 9.4 MB, a 2.2 us DRAM floor, and 64 heads in one program give
 one program per batch element: splitting S is the only way to put all 132 SMs on the read. Why
@@ -53,31 +53,23 @@ NUM_WARPS = 8
 NUM_STAGES = 2
 SPLIT_WAVES = 1.0  # programs per SM the split count aims for
 # 1: partial outputs in the input dtype, 0: float32. bf16 halves the partials' traffic (16.8 MB of fp32 at
-# B=1, more than the cache itself) and measured 22.4 -> 20.5 us at bench; the output stays in tolerance.
+# B=1, more than the cache itself); the merged output stays in tolerance.
 PARTIAL_BF16 = 1
 COMBINE_BLOCK_D = 128  # output columns per combine program
-# 1: q and the cache tiles through tensor descriptors (TMA on Hopper: straight to shared memory, no per-thread
-# address math, mbarrier-paced pipelining); 0: pointer loads (cp.async). Measured (BENCHMARKS.md): 2% faster
-# at bench_b64 (278.5 against 283.8 us), 13% slower at bench (23.2 against 20.5 us: each program builds its
-# descriptors on the device and walks one tile), so off by default.
-USE_TMA = 0
-# 1: tl.range(warp_specialize=True) on the TMA loop. Triton 3.6 accepts it on sm_90 and changes nothing here
-# (same registers, same times): kept so that a newer Triton's producer warp can be tried by a tuner.
-WARP_SPECIALIZE = 0
+COMBINE_NUM_WARPS = 4  # a combine program reads num_splits rows of COMBINE_BLOCK_D partial columns
 # The split kernel in Gluon (mla_split_gluon_kernel): the same math with the cache pipeline written out, q and
 # two cache tiles in shared memory by TMA, and the next-but-one tile's copy issued as soon as the P.V product
 # that read its buffer has finished, so a copy is in flight through the whole of each step. Triton's pipeliner
 # issues the next tile's copy after the P.V product and waits for it at the top of the next step (its loads
-# overlap only that product). Measured on the H200 at bench_b64: 286.5 -> 199.0 us (BENCHMARKS.md). 0: never;
-# 1: on a Hopper GPU, for 16-bit inputs whose splits walk at least GLUON_MIN_TILES tiles of BLOCK_N tokens (the
-# interpreter cannot run Gluon: the CPU takes mla_split_kernel; at bench, one tile a split, the Gluon kernel took
-# 24.2 us against 20.4); 2: always (to compile it without a GPU).
+# overlap only that product). 0: never; 1: on a Hopper GPU, for 16-bit inputs whose splits walk at least
+# GLUON_MIN_TILES tiles of BLOCK_N tokens (a split of one tile has nothing to pipeline, and the Triton kernel is the
+# faster there; the interpreter cannot run Gluon: the CPU takes mla_split_kernel); 2: always (to compile it without
+# a GPU).
 USE_GLUON = 1
 GLUON_MIN_TILES = 2
 # The Gluon kernel's cache tile (tokens) and buffers: q (73 KB) and GLUON_STAGES tiles of GLUON_BLOCK_N x 576 must
-# fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4). Measured at bench_b64 on
-# the H200: 64 x 2 199.2 us, 32 x 3 273.2, 32 x 4 271.4 (a step's fixed cost doubles). In TUNE_SPACE, with a
-# constraint that rules out the pairs that do not fit.
+# fit sm_90's 227 KB of shared memory (64-token tiles: 2 stages; 32-token tiles: up to 4; smaller tiles double a
+# step's fixed cost). In TUNE_SPACE, with a constraint that rules out the pairs that do not fit.
 GLUON_BLOCK_N = 64
 GLUON_STAGES = 2
 # What a tuner may change (client/search/space.py): each name is a module-level constant above, and the combinations
@@ -93,8 +85,7 @@ TUNE_SPACE = {
     "SPLIT_WAVES": [0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
     "PARTIAL_BF16": [0, 1],
     "COMBINE_BLOCK_D": [32, 64, 128, 256],
-    "USE_TMA": [0, 1],
-    "WARP_SPECIALIZE": [0, 1],
+    "COMBINE_NUM_WARPS": [1, 2, 4, 8],
     "USE_GLUON": [0, 1],
     "GLUON_MIN_TILES": [1, 2, 4],
     "GLUON_BLOCK_N": [16, 32, 64, 128],
@@ -106,7 +97,6 @@ TUNE_CONSTRAINTS = {
         " + (0 if BLOCK_H >= 64 else 2 * BLOCK_H * BLOCK_N) + 64 <= 232448",
     "the BLOCK_H x 512 float32 accumulator fits in registers (128 of a thread's 255; 64 heads on 4 warps spill)":
         "BLOCK_H * 512 <= 128 * 32 * NUM_WARPS",
-    "WARP_SPECIALIZE acts on the TMA loop only": "USE_TMA == 1 or WARP_SPECIALIZE == 0",
     "USE_GLUON changes nothing unless a program holds 64 heads": "BLOCK_H == 64 or USE_GLUON == 1",
     "the Gluon kernel's knobs change nothing where it never runs (fewer than 64 heads a program, or USE_GLUON = 0)":
         "(BLOCK_H == 64 and USE_GLUON == 1) or (GLUON_MIN_TILES == 2 and GLUON_BLOCK_N == 64 and GLUON_STAGES == 2)",
@@ -181,50 +171,6 @@ def mla_split_kernel(
         c_kv = tl.load(rows + offs_c[None, :], mask=valid[:, None], other=0.0)
         k_rope = tl.load(rows + D_LATENT + offs_r[None, :], mask=valid[:, None], other=0.0)
         m_i, l_i, acc = _online_softmax_step(q_nope, q_rope, c_kv, k_rope, valid, qk_scale, m_i, l_i, acc)
-    _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
-                 stride_ob, stride_oh, D_LATENT, DIRECT_OUT)
-
-
-@triton.jit
-def mla_split_tma_kernel(
-    q_ptr, kv_ptr, part_ptr, lse_ptr, out_ptr,
-    S, H, tokens_per_split, num_splits, qk_scale,
-    stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
-    D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    DIRECT_OUT: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):
-    """mla_split_kernel with q and the cache read through tensor descriptors (same math, same outputs).
-
-    Rows past S come back as zeros (the descriptor's bounds); rows past this split's end but inside S
-    (the last tile of a split never has them: splits are whole tiles) are masked out of the softmax."""
-    split = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    head_groups = tl.cdiv(H, BLOCK_H)
-    b = pid_bh // head_groups
-    h0 = (pid_bh % head_groups) * BLOCK_H
-    heads = h0 + tl.arange(0, BLOCK_H)
-    head_ok = heads < H
-    offs_n = tl.arange(0, BLOCK_N)
-
-    q_base = q_ptr + b.to(tl.int64) * stride_qb
-    kv_base = kv_ptr + b.to(tl.int64) * stride_kvb
-    q_nope_desc = tl.make_tensor_descriptor(q_base, [H, D_LATENT + D_ROPE], [stride_qh, 1], [BLOCK_H, D_LATENT])
-    q_rope_desc = tl.make_tensor_descriptor(q_base, [H, D_LATENT + D_ROPE], [stride_qh, 1], [BLOCK_H, D_ROPE])
-    c_kv_desc = tl.make_tensor_descriptor(kv_base, [S, D_LATENT + D_ROPE], [stride_kvs, 1], [BLOCK_N, D_LATENT])
-    k_rope_desc = tl.make_tensor_descriptor(kv_base, [S, D_LATENT + D_ROPE], [stride_kvs, 1], [BLOCK_N, D_ROPE])
-    q_nope = q_nope_desc.load([h0, 0])
-    q_rope = q_rope_desc.load([h0, D_LATENT])
-
-    m_i = tl.full([BLOCK_H], -float("inf"), dtype=tl.float32)  # running max, base-2 units
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, D_LATENT], dtype=tl.float32)
-    start = split * tokens_per_split
-    end = tl.minimum(start + tokens_per_split, S)
-    for n0 in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        c_kv = c_kv_desc.load([n0, 0])
-        k_rope = k_rope_desc.load([n0, D_LATENT])
-        m_i, l_i, acc = _online_softmax_step(q_nope, q_rope, c_kv, k_rope, n0 + offs_n < end, qk_scale,
-                                             m_i, l_i, acc)
     _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
                  stride_ob, stride_oh, D_LATENT, DIRECT_OUT)
 
@@ -386,11 +332,6 @@ def _num_sms(device: torch.device) -> int:
     return _device_facts(_index(device))[1] if device.type == "cuda" else 132
 
 
-def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global memory for the tensor descriptors the TMA kernel builds on the device (128 bytes each)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
     """(tokens per split, number of splits): about SPLIT_WAVES programs per SM, whole tiles per split."""
     work_items = B * triton.cdiv(H, BLOCK_H)
@@ -458,9 +399,6 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
             *_gluon_descriptors(q, kv), part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
             out.stride(0), out.stride(1), D_LATENT=D_LATENT, STAGES=GLUON_STAGES, DIRECT_OUT=direct, num_warps=8,
         )
-    elif USE_TMA:
-        triton.set_allocator(_descriptor_scratch)
-        mla_split_tma_kernel[grid](*args, WARP_SPECIALIZE=bool(WARP_SPECIALIZE), **consts)
     else:
         mla_split_kernel[grid](*args, **consts)
     if not direct:
@@ -468,6 +406,6 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
             part, lse, out,
             H, num_splits, out.stride(0), out.stride(1),
             D_LATENT=D_LATENT, BLOCK_D=COMBINE_BLOCK_D, BLOCK_S=triton.next_power_of_2(num_splits),
-            num_warps=4,
+            num_warps=COMBINE_NUM_WARPS,
         )
     return out
