@@ -23,7 +23,7 @@ product (CLI, client, stdio MCP server, worker pool, event log), so both are mea
 
 The policy is registered under the name "endurance" in the client process by running this file as
 `python benchmarks/bench_endurance.py marathon ARGS...`: everything after that is `marathon ARGS...`
-(client.cli.main), the real command, with one more policy known to it; resume finds the policy by the
+(cli.main.main), the real command, with one more policy known to it; resume finds the policy by the
 name run.start recorded, as it finds the tuner.
 
 Figures (from the event log, read with a fresh read-only connection, and from the samples):
@@ -133,11 +133,11 @@ class EndurancePolicy:
 
 def marathon(argv: list[str]) -> int:
     """`marathon ARGV` with the endurance policy registered (the client process of the bench)."""
-    from client import cli
+    from cli.main import main
     from client.providers import register
 
     register(POLICY, lambda model, **options: EndurancePolicy())
-    return cli.main(argv)
+    return main(argv)
 
 
 # -- processes ----------------------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def analyse(db: Path, steps_budget: int) -> dict[str, Any]:
 
 def status_json(home: Path) -> dict[str, Any]:
     """`marathon status RUN --json`, the public view of the run (its best among it)."""
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "status", RUN_ID, "--json"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "cli", "status", RUN_ID, "--json"], cwd=ROOT,
                           env=client_env(home), capture_output=True, text=True, timeout=120)
     try:
         data: dict[str, Any] = json.loads(proc.stdout)

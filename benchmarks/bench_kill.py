@@ -87,7 +87,7 @@ def free_port() -> int:
 
 def start_server(home: Path, port: int, token: str) -> subprocess.Popen[bytes]:
     log = open(home / "serve.log", "ab")  # a file, not a pipe: a full pipe would stall the server
-    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--http", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--http", "--port", str(port),
                              "--log-level", "WARNING"], cwd=ROOT, env=server_env(home, token),
                             stdout=log, stderr=log, start_new_session=True)
     log.close()

@@ -60,7 +60,7 @@ async def _timed(calls: int, fn: Any) -> tuple[float, list[float]]:
 
 async def bench_stdio(home: Path, calls: int) -> dict[str, Any]:
     params = StdioServerParameters(command=sys.executable, env=_env(home), cwd=str(ROOT),
-                                   args=["-m", "client.cli", "serve", "--log-level", "WARNING"])
+                                   args=["-m", "cli", "serve", "--log-level", "WARNING"])
     t = time.perf_counter()
     async with Client(params, mode="legacy") as c:
         connect = time.perf_counter() - t
@@ -75,7 +75,7 @@ async def bench_http(home: Path, compiles: int) -> dict[str, Any]:
     env = {**os.environ, **_env(home)}
     env.pop("MARATHON_TOKEN", None)
     log = open(home / "serve-http.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--http", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--http", "--port", str(port),
                              "--log-level", "WARNING"], cwd=ROOT, env=env, stdout=log, stderr=log,
                             start_new_session=True)
     log.close()

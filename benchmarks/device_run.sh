@@ -7,7 +7,7 @@ set -uo pipefail
 RES=${RES:-/tmp/res}
 mkdir -p "$RES"
 export MARATHON_HOME=${MARATHON_HOME:-/tmp/marathon-home}
-M="python3 -m client.cli"
+M="python3 -m cli"
 for step in "$@"; do
   echo "=== $step $(date -u +%H:%M:%S)"
   case $step in
@@ -55,7 +55,7 @@ for step in "$@"; do
       python3 -m pytest -q -m gpu tests/test_solution_kda.py 2>&1 | tail -3
       python3 benchmarks/sweep.py kernels/kda/solution.py --problem kda \
         --shape ${KDA_SWEEP_SHAPE:-bench} \
-        ${KDA_GRID:---grid PREP_FULL=0,1 --grid INV_PRECISION="'input'","'tf32'" --grid NUM_WARPS_PREP=4,8} \
+        ${KDA_GRID:---grid AKK_BF16=0,1 --grid INV_PRECISION="'input'","'tf32'" --grid NUM_WARPS_PREP=8,16} \
         ${KDA_BASELINE:+--baseline $KDA_BASELINE} --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
         | grep -v '^  \.\.\.' | tail -12 ;;
     mla_probe)

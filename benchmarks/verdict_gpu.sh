@@ -6,7 +6,7 @@ set -uo pipefail
 R=${1:-/tmp/res}
 mkdir -p "$R"
 export MARATHON_HOME=${MARATHON_HOME:-/tmp/marathon-home} FLA_FLASH_KDA=0
-M="python3 -m client.cli"
+M="python3 -m cli"
 summary() {
   python3 - "$1" <<'PY'
 import json, sys

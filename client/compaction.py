@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.policy import Message, Policy, Turn, TurnContext
-from client.runstate import AttemptRec, RunState, fmt_us
+from client.run_projection import AttemptRec, RunState, fmt_us
 from client.transcript import Transcript, TurnEntry
 
 MODEL_FREE = frozenset({"tuner", "scripted"})

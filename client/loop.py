@@ -41,7 +41,7 @@ from client.goal import SYSTEM, Goal, goal_text
 from client.mcp_link import READ_RESOURCE, CallTimeout, Link, LinkDown, ToolAnswer
 from client.pinned import best_line, budget_line, pinned_dict, pinned_text
 from client.policy import Message, Policy, ProviderError, Turn, TurnContext
-from client.results import (
+from client.result_text import (
     TEXT_CHARS,
     interrupted_text,
     recovered_text,
@@ -49,8 +49,8 @@ from client.results import (
     short_outcome,
     trim_structured,
 )
-from client.runs import process_identity
-from client.runstate import RunState, attempt_from_result, fmt_us
+from client.run_projection import RunState, attempt_from_result, fmt_us
+from client.run_status import process_identity
 from client.transcript import Transcript, estimate_tokens
 from state import Event, EventLog, canonical_json, intent_key
 

@@ -1,7 +1,7 @@
 """The client's connection to the MCP server: the same protocol any other agent uses.
 
 Three ways to reach a server: spawn `marathon serve` over stdio (the default: `sys.executable -m
-client.cli serve`, with PYTHONPATH, MARATHON_HOME, CUDA_VISIBLE_DEVICES and TRITON_* passed
+cli serve`, with PYTHONPATH, MARATHON_HOME, CUDA_VISIBLE_DEVICES and TRITON_* passed
 explicitly, since stdio clients pass few variables on their own), a streamable-HTTP URL with a bearer
 token read from an environment variable, or an MCPServer object in this process (tests, benchmarks).
 
@@ -83,7 +83,7 @@ class ServerSpec:
 
 
 def default_command() -> list[str]:
-    return [sys.executable, "-m", "client.cli", "serve"]
+    return [sys.executable, "-m", "cli", "serve"]
 
 
 def server_env(run_id: str | None = None, home: Path | None = None) -> dict[str, str]:

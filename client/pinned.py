@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client.runstate import AttemptRec, RunState, fmt_us
+from client.run_projection import AttemptRec, RunState, fmt_us
 
 STUCK_AFTER = 3  # consecutive failures of one class before the block names them
 REPEAT_AFTER = 3  # consecutive identical calls before the block names them

@@ -19,8 +19,8 @@ from typing import Any
 
 from client import report_dir, report_plot
 from client.report_data import Progress, progress, run_baseline_us
-from client.runs import attempt_number, liveness
-from client.runstate import AttemptRec, RunState, fmt_us
+from client.run_projection import AttemptRec, RunState, fmt_us
+from client.run_status import attempt_number, liveness
 
 PLOT = "progress.png"
 TABLE_ROWS = 200

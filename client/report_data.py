@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from client.runstate import AttemptRec, RunState, fmt_us
+from client.run_projection import AttemptRec, RunState, fmt_us
 
 Metric = Literal["speedup", "median_us", "none"]
 

@@ -4,7 +4,7 @@ Every tool goes through the Service, as the CLI does, so a call gives the same r
 log entries whichever way it came in; the caller's client name and session go into the log with it.
 
 Results: structured content validated against the output models (server.models) plus a short text
-summary (server.text). Errors the agent can act on (compile error, wrong result, refused import,
+summary (server.summaries). Errors the agent can act on (compile error, wrong result, refused import,
 timeout, unknown problem or shape) come back as tool errors (isError) carrying the reason and the
 details; internal faults are logged with a traceback (stderr and state_dir()/logs/server.log) and
 reported as an incident id only. Arguments are strict and bounded (server.args): a wrong type or an
@@ -38,10 +38,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt
 
-from server import models
-from server import text as summaries
+from server import models, summaries
 from server.args import SQLITE_MAX_INT, WHOLE
-from server.calls import Caller, caller_of, new_process_session, run_blocking
+from server.request_plumbing import Caller, caller_of, new_process_session, run_blocking
 from server.service import Service, UnknownInput
 from tools.timing import L2_REGIMES
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def marathon(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MARATHON_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=300)
     if check and proc.returncode not in (0, 1):
         raise AssertionError(f"marathon {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -34,6 +34,43 @@ def test_help_lists_every_command(marathon_home: Path) -> None:
     for name in ("problems", "log", "compile", "profile", "baseline"):
         sub = marathon(name, "--help", home=marathon_home)
         assert sub.returncode == 0 and "usage: marathon" in sub.stdout
+
+
+def test_help_imports_neither_torch_nor_mcp(marathon_home: Path) -> None:
+    """`marathon --help` and every command's --help stay instant: the group lists commands from its registry
+    without loading them, and a command loads its heavy modules only when it runs."""
+    script = """
+import contextlib, io, json, sys
+from cli.main import COMMANDS, main
+heavy = ("torch", "mcp", "triton", "numpy")
+seen = {}
+with contextlib.redirect_stdout(io.StringIO()):
+    codes = [main(["--help"])]
+    seen["--help"] = sorted(m for m in heavy if m in sys.modules)
+    for name in COMMANDS:
+        codes.append(main([name, "--help"]))
+        seen[name] = sorted(m for m in heavy if m in sys.modules)
+print(json.dumps({"codes": codes, "seen": seen}))
+"""
+    env = {**os.environ, "MARATHON_HOME": str(marathon_home), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out["codes"]) == {0}
+    assert not any(out["seen"].values()), out["seen"]
+
+
+def test_bad_usage_is_exit_2_with_the_usage_and_one_error_line(marathon_home: Path) -> None:
+    for args, needle in ((("compile", "x.py"), "--problem"), (("nosuch",), "nosuch"),
+                         (("profile", "x.py", "--problem", "softmax", "--graph", "sometimes"), "sometimes")):
+        r = marathon(*args, home=marathon_home, check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert lines[0].startswith("usage: marathon") and len(lines) == 2 and needle in lines[1], r.stderr
+        assert lines[1].startswith(f"marathon{' ' + args[0] if args[0] != 'nosuch' else ''}: error: "), r.stderr
+    bare = marathon(home=marathon_home, check=False)
+    assert bare.returncode == 2 and "usage: marathon" in bare.stdout and "compile" in bare.stdout
 
 
 def test_problems_json(marathon_home: Path) -> None:

@@ -61,7 +61,7 @@ def _server_pid() -> int:
         except OSError:
             continue
         ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
-        if ppid == os.getpid() and "client.cli serve" in cmdline:
+        if ppid == os.getpid() and "-m cli serve" in cmdline:
             return int(entry.name)
     raise AssertionError("no spawned server found")
 

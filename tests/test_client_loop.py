@@ -12,7 +12,7 @@ import pytest
 
 from client.goal import goal_text
 from client.policy import ToolCall, Turn, TurnContext, Usage
-from client.runstate import RunState
+from client.run_projection import RunState
 from state import EventLog
 from tests.test_client_common import STARTER, Scripted, check_invariants, new_run, run_in_process
 

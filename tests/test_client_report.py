@@ -20,9 +20,9 @@ from client.goal import Budget, Goal
 from client.loop import start_run
 from client.report import markdown, write, write_report
 from client.report_data import best_series, metric_of, progress, run_baseline_us
-from client.results import repeat_text
-from client.runs import RunLock, format_status, liveness, status_data
-from client.runstate import AttemptRec, RunState, attempt_from_result
+from client.result_text import repeat_text
+from client.run_projection import AttemptRec, RunState, attempt_from_result
+from client.run_status import RunLock, format_status, liveness, status_data
 from state import EventLog
 from tests.test_client_common import ROOT, STARTER
 
@@ -131,11 +131,11 @@ def test_status_json_of_a_run(tmp_path: Path) -> None:
     assert data["best"]["attempt_number"] == 5 and data["best"]["step"] == 5
     assert data["outcomes"] == {"correct": 4, "incorrect": 2} and data["goal_met"] is None
     env = {**os.environ, "MARATHON_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "client.cli", "status", "--json"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "cli", "status", "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["run_id"] == "timed"
-    human = subprocess.run([sys.executable, "-m", "client.cli", "status", "timed"], cwd=ROOT, env=env,
+    human = subprocess.run([sys.executable, "-m", "cli", "status", "timed"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=60).stdout
     assert "run timed: interrupted" in human and "marathon resume timed" in human
     assert "best of this run: correct, 45.71 us, 1.4x (attempt 5 of 6, step 5, event #105, NVIDIA H200)" in human
@@ -425,7 +425,7 @@ def test_marathon_report_cli_writes_a_folder_per_run(tmp_path: Path) -> None:
     env = {**os.environ, "MARATHON_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
 
     def marathon(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=120)
 
     timed = marathon("report", "timed", "--out", str(tmp_path / "reports"))
@@ -463,7 +463,7 @@ def test_resume_refuses_finished_and_running_runs(tmp_path: Path, when: str) -> 
     env = {**os.environ, "MARATHON_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     lock = RunLock(db, "r").acquire() if when == "running" else None
     try:
-        out = subprocess.run([sys.executable, "-m", "client.cli", "resume", "r"], cwd=ROOT, env=env,
+        out = subprocess.run([sys.executable, "-m", "cli", "resume", "r"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
     finally:
         if lock is not None:

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from client.mcp_link import Link, ServerSpec
-from client.runs import RunLock, is_locked, liveness
-from client.runstate import RunState
+from client.run_projection import RunState
+from client.run_status import RunLock, is_locked, liveness
 from state import EventLog
 from tests.test_client_common import (
     ROOT,
@@ -260,7 +260,7 @@ def test_kill_nine_against_a_real_stdio_server(tmp_path: Path) -> None:
     assert done.stdout.strip() == "budget"
     summary = check_invariants(tmp_path / "marathon.db", "stdio", 300)
     assert summary["resumes"] == 3
-    status = subprocess.run([sys.executable, "-m", "client.cli", "status", "stdio", "--json"], cwd=ROOT, env=env,
+    status = subprocess.run([sys.executable, "-m", "cli", "status", "stdio", "--json"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     data = json.loads(status.stdout)
     assert data["state"] == "finished" and data["steps"] == 300

@@ -26,8 +26,8 @@ from client.goal import Budget, Goal
 from client.loop import Loop, RunEnd, start_run
 from client.mcp_link import CallTimeout, ToolAnswer
 from client.policy import Message, ToolSpec, TurnContext
-from client.runs import status_data
-from client.runstate import AttemptRec
+from client.run_projection import AttemptRec
+from client.run_status import status_data
 from client.search.history import PENALTY, LogHistory
 from client.search.optimiser import Optimiser
 from client.search.source import Variants, rewrite, tune_space
@@ -349,7 +349,7 @@ def test_a_kernel_with_nothing_to_tune_says_why_instead_of_stopping_silently(tmp
 def test_tune_from_solution_starts_from_the_solution_without_asking_for_the_best(tmp_path: Path) -> None:
     turn = TunerPolicy(start="solution", log=EventLog(tmp_path / "m.db")).next_turn(_ctx(_pinned("mla_decode", None)))
     assert [c.name for c in turn.tool_calls] == ["profile"] and "the problem's solution" in turn.text
-    assert "13 knobs, 119,808 valid configurations" in turn.text
+    assert "12 knobs, 159,744 valid configurations" in turn.text
     with pytest.raises(ValueError, match="start must be one of"):
         TunerPolicy(start="anywhere")
 
@@ -360,7 +360,7 @@ def test_tune_from_solution_starts_from_the_solution_without_asking_for_the_best
 def _marathon(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MARATHON_HOME": str(home), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
            "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -391,3 +391,22 @@ def test_marathon_run_with_the_tuner_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert space_exhausted(second["reason"]) and "all 6 valid configurations of NUM_WARPS" in second["reason"]
     status = json.loads(_marathon(tmp_path, "status", "--json").stdout)
     assert status["run_id"] == second["run_id"] and status["state"] == "finished"
+
+
+def test_a_resumed_run_searches_the_kernel_it_began_from_when_the_file_has_changed(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    """Killed mid-way, the run's kernel file edited (another knob value, another kernel), resumed: every profile
+    after the resume is still a variant of the kernel the run began with, and none repeats a configuration."""
+    import client.tuner as tuner
+
+    log = EventLog(tmp_path / "m.db")
+    monkeypatch.setattr(tuner, "kernel_text", lambda problem, kind: TOY)
+    assert run_toy(log, "r", FakeServer(TOY, log, "r"), steps=20, stop_after=8, start="solution") is None
+    edited = TOY.replace("def entry(", "# edited overnight\ndef entry(", 1)
+    assert edited != TOY
+    monkeypatch.setattr(tuner, "kernel_text", lambda problem, kind: edited)
+    end = run_toy(log, "r", FakeServer(TOY, log, "r"), steps=20, resume=True, start="solution")
+    assert end is not None and end.state == "budget"
+    plain = [cfg for cfg, opts in profiled(log, "r") if opts == "{}"]
+    assert len(plain) == len(set(plain)) and len(plain) >= 12

@@ -11,8 +11,8 @@ from typing import Any
 from client.goal import Budget, Goal
 from client.loop import attempt_report, start_run
 from client.pinned import pinned_dict, pinned_text
-from client.runs import status_data
-from client.runstate import AttemptRec, RunState, attempt_from_result
+from client.run_projection import AttemptRec, RunState, attempt_from_result
+from client.run_status import status_data
 from state import Event, EventLog
 from tests.test_client_common import STARTER
 

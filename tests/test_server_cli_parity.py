@@ -25,7 +25,7 @@ def _cli_compile(home: Path, source: str, *flags: str) -> tuple[int, dict[str, A
     path = home / "candidate.py"
     path.write_text(source)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(home)}
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "compile", str(path), "--problem", "softmax", "--json",
+    proc = subprocess.run([sys.executable, "-m", "cli", "compile", str(path), "--problem", "softmax", "--json",
                            *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, json.loads(proc.stdout)
 
@@ -80,7 +80,7 @@ def test_a_bad_l2_gets_the_same_answer_from_the_service_the_cli_and_mcp(marathon
     path = marathon_home / "candidate.py"
     path.write_text(STARTER)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(marathon_home)}
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "profile", str(path), "--problem", "softmax",
+    proc = subprocess.run([sys.executable, "-m", "cli", "profile", str(path), "--problem", "softmax",
                            "--l2", "hot", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"marathon: {message}\n", proc.stderr
 

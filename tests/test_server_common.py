@@ -50,7 +50,7 @@ def http_server(home: Path, port: int, **env: str) -> Iterator[subprocess.Popen[
     full.update(server_env(home, **env))
     out = open(home / "serve.stdout", "w")  # files, not pipes: a full pipe would stall the server
     err = open(home / "serve.stderr", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "serve", "--http", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--http", "--port", str(port)],
                             cwd=ROOT, env=full, stdout=out, stderr=err, text=True, start_new_session=True)
     out.close()
     err.close()

@@ -386,7 +386,7 @@ def test_results_carry_no_nonfinite_numbers() -> None:
 def test_gpu_shaped_results_validate_and_read_well() -> None:
     """What profile and baseline return on a GPU (timing from tools.timing.summarize), through the models."""
     from server.models import BaselineResult, ProfileResult, jsonable
-    from server.text import baseline_text, profile_text
+    from server.summaries import baseline_text, profile_text
     from tools.timing import summarize
 
     cand = {**summarize([10.0, 10.5, 11.0, 10.2]), "mode": "cuda_graph", "pilot_us": 10.4, "seed": 7}

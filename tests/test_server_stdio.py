@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def _params(home: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "client.cli", "serve"], env=server_env(home),
+    return StdioServerParameters(command=sys.executable, args=["-m", "cli", "serve"], env=server_env(home),
                                  cwd=str(ROOT))
 
 
@@ -85,7 +85,7 @@ def test_bad_requests_over_stdio_are_the_callers_errors_with_no_traceback(tmp_pa
 def test_raw_jsonrpc_with_an_older_protocol_and_nothing_else_on_stdout(tmp_path: Path) -> None:
     env = {**os.environ, **server_env(tmp_path)}
     with open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "client.cli", "serve"], cwd=ROOT, env=env, text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=ROOT, env=env, text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     assert proc.stdin is not None and proc.stdout is not None
 

@@ -98,7 +98,7 @@ def test_recorded_hotspots_name_the_candidates_lines_and_the_library_functions(r
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "client.cli", "hotspots", *args, "--json"], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "cli", "hotspots", *args, "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

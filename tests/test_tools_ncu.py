@@ -44,7 +44,7 @@ def test_absent_ncu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_profile_text_breaks_ncu_time_down_by_kernel() -> None:
-    from server.text import profile_text
+    from server.summaries import profile_text
 
     s = ncu.summarize_csv(CSV, calls=2)
     assert s is not None

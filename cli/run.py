@@ -1,34 +1,30 @@
-"""`marathon run`, `resume`, `status`, `report`: the bundled client's commands.
+"""`marathon run` and `marathon resume`: the bundled agent loop, started or continued in this process.
 
-Registered with client.cli on import (client.cli imports this module at start); the heavy imports
-(mcp, matplotlib, torch through the problem suite) happen inside the command that needs them.
+The loop (client.loop) reaches the engine only through MCP: it spawns `marathon serve` over stdio, or
+connects to --server over HTTP. What is made here: the policy that drives (the tuner, or a model
+provider by name), the server link, the loop's options; then the run is driven under its lock until it
+ends, and its status (and, with --report, its report) printed. The heavy imports (mcp, matplotlib,
+torch through the problem suite) happen inside the command that needs them.
 """
 
 from __future__ import annotations
 
-import argparse
 import calendar
 import functools
 import json
 import os
-import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from client import cli
+import click
+
+from cli.group import Command
+from cli.output import fail, json_option, progress_line
 
 POLICY_ENV = "MARATHON_POLICY"
 MODEL_ENV = "MARATHON_MODEL"
-
-
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _fail(message: str, code: int = 2) -> int:
-    print(f"marathon: {message}", file=sys.stderr)
-    return code
 
 
 def _deadline(text: str | None) -> float | None:
@@ -73,11 +69,13 @@ def server_spec(described: dict[str, Any], run_id: str, home: Path) -> Any:
 
     if described.get("kind") == "http":
         return ServerSpec(url=described["url"], token_env=described.get("token_env") or "MARATHON_TOKEN")
-    return ServerSpec(command=described.get("command"), env=server_env(run_id, home),
-                      errlog=home / "logs" / f"serve-{run_id}.stderr")
+    command = described.get("command")
+    if isinstance(command, list) and command[1:] == ["-m", "client.cli", "serve"]:
+        command = None  # the default of runs started before `marathon` moved to cli/: today's default
+    return ServerSpec(command=command, env=server_env(run_id, home), errlog=home / "logs" / f"serve-{run_id}.stderr")
 
 
-def loop_options(saved: dict[str, Any] | None = None, args: argparse.Namespace | None = None) -> Any:
+def loop_options(saved: dict[str, Any] | None = None, args: Any = None) -> Any:
     from client.compaction import CompactionConfig
     from client.loop import LoopOptions
 
@@ -106,7 +104,7 @@ async def drive(log: Any, spec: Any, policy: Any, run_id: str, options: Any, *, 
     link = Link(spec, run_id=run_id)
     try:
         await link.ensure()
-        loop = Loop(log, link, policy, run_id, options=options, progress=None if quiet else _progress)
+        loop = Loop(log, link, policy, run_id, options=options, progress=None if quiet else progress_line)
         if resume:
             loop.mark_resumed()
         return await loop.run()
@@ -114,30 +112,29 @@ async def drive(log: Any, spec: Any, policy: Any, run_id: str, options: Any, *, 
         await link.close()
 
 
-def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: argparse.Namespace,
-             resume: bool) -> int:
+def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: Any, resume: bool) -> int:
     import anyio
 
     from client.mcp_link import LinkDown
-    from client.runs import RunBusy, RunLock
+    from client.run_status import RunBusy, RunLock
 
     try:
         lock = RunLock(log.path, run_id).acquire()
     except RunBusy as exc:
-        return _fail(f"run {run_id}: {exc}", 1)
+        return fail(f"run {run_id}: {exc}", 1)
     try:
         if not args.quiet:
-            _progress(f"run {run_id}: {'resuming' if resume else 'starting'} ({policy.name}); "
-                      f"`marathon status {run_id}` shows it, `marathon resume {run_id}` continues it after a stop")
+            progress_line(f"run {run_id}: {'resuming' if resume else 'starting'} ({policy.name}); "
+                          f"`marathon status {run_id}` shows it, `marathon resume {run_id}` continues it after a stop")
         try:
             end = anyio.run(functools.partial(drive, log, spec, policy, run_id, options, resume=resume,
                                               quiet=args.quiet))
         except KeyboardInterrupt:
-            _progress(f"run {run_id}: interrupted; `marathon resume {run_id}` continues it")
+            progress_line(f"run {run_id}: interrupted; `marathon resume {run_id}` continues it")
             return 130
         except LinkDown as exc:
-            _progress(f"run {run_id}: stopped, the server cannot be reached ({exc}); "
-                      f"`marathon resume {run_id}` continues it")
+            progress_line(f"run {run_id}: stopped, the server cannot be reached ({exc}); "
+                          f"`marathon resume {run_id}` continues it")
             return 1
         except Exception as exc:
             log.append("run.end", {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"[:2000]}, run_id=run_id)
@@ -148,8 +145,8 @@ def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: 
     return 1 if end.state == "failed" else 0
 
 
-def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
-    from client.runs import format_status, status_data
+def _summary(log: Any, run_id: str, args: Any) -> None:
+    from client.run_status import format_status, status_data
 
     data = status_data(log, run_id)
     files = None
@@ -161,8 +158,8 @@ def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
         try:
             files = write(log, run_id, out)
         except FolderTaken as exc:
-            _progress(f"marathon: report not written: {exc}")
-    if getattr(args, "json", False):
+            progress_line(f"marathon: report not written: {exc}")
+    if getattr(args, "as_json", False):
         if files is not None:
             data["report"] = str(files.folder)
         print(json.dumps(data, indent=2, default=str))
@@ -176,61 +173,64 @@ def _summary(log: Any, run_id: str, args: argparse.Namespace) -> None:
 
 # -- run ----------------------------------------------------------------------------------------------
 
-def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--problem", required=True, help="problem name (see `marathon problems`)")
-    p.add_argument("--shape", default="bench", help="shape to optimise (default bench)")
-    p.add_argument("--policy", default=os.environ.get(POLICY_ENV, "tuner"),
-                   help=f"who drives: tuner (no model, the default), anthropic, openai, ... (default ${POLICY_ENV} "
-                        "or tuner)")
-    p.add_argument("--model", default=os.environ.get(MODEL_ENV), help=f"model name (default ${MODEL_ENV})")
-    p.add_argument("--target", type=float, metavar="X", help="stop when the measured speedup reaches X")
-    p.add_argument("--target-us", type=float, metavar="US", help="stop when the measured median time reaches US")
-    p.add_argument("--hours", type=float, metavar="H", help="budget: hours of active wall time")
-    p.add_argument("--max-steps", type=int, metavar="N",
-                   help="budget: tool calls (the run ends at exactly N, unless the goal is met first or the tuner "
-                        "has tried every valid configuration of its space, which `status` then says)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="budget: model tokens, compaction included")
-    p.add_argument("--max-cost", type=float, metavar="USD", help="budget: model cost in dollars")
-    p.add_argument("--deadline", help="stop at this UTC time (2026-12-02T06:00) or after +H hours, whatever else")
-    p.add_argument("--instructions", default="", help="extra words for the goal, kept verbatim in the first message")
-    p.add_argument("--tune-from", choices=("best", "starter", "solution"), default="best",
-                   help="tuner: the kernel to search from: the best in the log, else the starter (best, the "
-                        "default), the problem's starter, or the problem's solution")
-    p.add_argument("--seed", type=int, default=0, help="tuner: the search's seed (default 0); a resumed run keeps it")
-    p.add_argument("--remeasure", type=int, choices=(0, 1, 2), default=1,
-                   help="tuner: extra profiles of a configuration faster than the best before it may lead "
-                        "(default 1)")
-    p.add_argument("--server", metavar="URL", help="an MCP server over HTTP (default: spawn `marathon serve` over "
-                                                   "stdio)")
-    p.add_argument("--token-env", default="MARATHON_TOKEN", metavar="VAR",
-                   help="environment variable holding the HTTP bearer token (default MARATHON_TOKEN)")
-    p.add_argument("--context-window", type=int, metavar="TOKENS", help="the model's window (default 200000)")
-    p.add_argument("--compact-at", type=int, metavar="TOKENS",
-                   help="compact when the context passes this (default 45%% of the window)")
-    p.add_argument("--call-timeout", type=float, metavar="S", help="per-call timeout of compile/profile/baseline")
-    p.add_argument("--run-id", help="name the run (default PROBLEM-DATE-TIME-xxxx)")
-    p.add_argument("--report", metavar="DIR", nargs="?", const="-",
-                   help="write the report (PNG + Markdown) when the run ends, to DIR/RUN/ (default "
-                        "$MARATHON_HOME/reports/RUN/)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+REPORT_HELP = ("write the report (PNG + Markdown) when the run ends, to DIR/RUN/ (default "
+               "$MARATHON_HOME/reports/RUN/)")
 
 
-@cli.command("run", "run the bundled agent loop on a problem until the goal is met or the budget is spent")(_run_args)
-def cmd_run(args: argparse.Namespace) -> int:
+def _report_option(help_text: str) -> Any:
+    """--report [DIR]: alone, the default folder ("-")."""
+    return click.option("--report", metavar="[DIR]", is_flag=False, flag_value="-", default=None, help=help_text)
+
+
+@click.command("run", cls=Command)
+@click.option("--problem", required=True, metavar="NAME", help="problem name (see `marathon problems`)")
+@click.option("--shape", default="bench", metavar="SHAPE", help="shape to optimise (default bench)")
+@click.option("--policy", default=lambda: os.environ.get(POLICY_ENV, "tuner"),
+              help=f"who drives: tuner (no model, the default), anthropic, openai, ... (default ${POLICY_ENV} or "
+                   "tuner)")
+@click.option("--model", default=lambda: os.environ.get(MODEL_ENV), help=f"model name (default ${MODEL_ENV})")
+@click.option("--target", type=float, metavar="X", help="stop when the measured speedup reaches X")
+@click.option("--target-us", type=float, metavar="US", help="stop when the measured median time reaches US")
+@click.option("--hours", type=float, metavar="H", help="budget: hours of active wall time")
+@click.option("--max-steps", type=int, metavar="N",
+              help="budget: tool calls (the run ends at exactly N, unless the goal is met first or the tuner has "
+                   "tried every valid configuration of its space, which `status` then says)")
+@click.option("--max-tokens", type=int, metavar="N", help="budget: model tokens, compaction included")
+@click.option("--max-cost", type=float, metavar="USD", help="budget: model cost in dollars")
+@click.option("--deadline", help="stop at this UTC time (2026-12-02T06:00) or after +H hours, whatever else")
+@click.option("--instructions", default="", help="extra words for the goal, kept verbatim in the first message")
+@click.option("--tune-from", type=click.Choice(["best", "starter", "solution"]), default="best",
+              help="tuner: the kernel to search from: the best in the log, else the starter (best, the default), "
+                   "the problem's starter, or the problem's solution")
+@click.option("--seed", type=int, default=0, help="tuner: the search's seed (default 0); a resumed run keeps it")
+@click.option("--remeasure", type=click.IntRange(0, 2), default=1, metavar="{0,1,2}",
+              help="tuner: extra profiles of a configuration faster than the best before it may lead (default 1)")
+@click.option("--server", metavar="URL", help="an MCP server over HTTP (default: spawn `marathon serve` over stdio)")
+@click.option("--token-env", default="MARATHON_TOKEN", metavar="VAR",
+              help="environment variable holding the HTTP bearer token (default MARATHON_TOKEN)")
+@click.option("--context-window", type=int, metavar="TOKENS", help="the model's window (default 200000)")
+@click.option("--compact-at", type=int, metavar="TOKENS",
+              help="compact when the context passes this (default 45% of the window)")
+@click.option("--call-timeout", type=float, metavar="S", help="per-call timeout of compile/profile/baseline")
+@click.option("--run-id", metavar="ID", help="name the run (default PROBLEM-DATE-TIME-xxxx)")
+@_report_option(REPORT_HELP)
+@click.option("--quiet", is_flag=True, help="no progress lines on stderr")
+@json_option("print the final status as JSON")
+def run(**params: Any) -> int:
     from client.goal import Budget, Goal
     from client.loop import start_run
-    from client.runs import new_run_id
+    from client.run_status import new_run_id
     from kernels import get_problem, problem_names
     from state import EventLog
 
+    args = SimpleNamespace(**params)
     if args.problem not in problem_names():
-        return _fail(f"unknown problem {args.problem!r} (known: {', '.join(problem_names())})")
+        return fail(f"unknown problem {args.problem!r} (known: {', '.join(problem_names())})")
     shapes = get_problem(args.problem).shapes
     if args.shape not in shapes:
-        return _fail(f"problem {args.problem!r} has no shape {args.shape!r} (valid: {', '.join(shapes)})")
+        return fail(f"problem {args.problem!r} has no shape {args.shape!r} (valid: {', '.join(shapes)})")
     if args.max_steps is not None and args.max_steps < 1:
-        return _fail("--max-steps must be at least 1")
+        return fail("--max-steps must be at least 1")
     goal = Goal(problem=args.problem, shape=args.shape, target_speedup=args.target, target_us=args.target_us,
                 deadline=_deadline(args.deadline), instructions=args.instructions,
                 budget=Budget(hours=args.hours, steps=args.max_steps, tokens=args.max_tokens, cost_usd=args.max_cost))
@@ -247,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.context_window = policy.context_window  # the provider knows its model's window
     options = loop_options(None, args)
     if log.events(run_id=run_id, kinds=["run.start"], limit=1):
-        return _fail(f"run {run_id} exists already; `marathon resume {run_id}` continues it")
+        return fail(f"run {run_id} exists already; `marathon resume {run_id}` continues it")
     start_run(log, run_id, goal, policy=args.policy, model=args.model, policy_options=policy_options,
               server=spec.describe(), options=options)
     return _execute(log, run_id, spec, policy, options, args, resume=False)
@@ -255,35 +255,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # -- resume -------------------------------------------------------------------------------------------
 
-def _resume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run id (see `marathon status`)")
-    p.add_argument("--report", metavar="DIR", nargs="?", const="-",
-                   help="write the report when the run ends, to DIR/RUN/ (default $MARATHON_HOME/reports/RUN/)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--json", action="store_true", help="print the final status as JSON")
-
-
-@cli.command("resume", "continue a stopped run from its last committed event (after a kill, crash or Ctrl-C)")(
-    _resume_args)
-def cmd_resume(args: argparse.Namespace) -> int:
-    from client.runs import is_locked
-    from client.runstate import RunState
+@click.command("resume", cls=Command, epilog="RUN: the run id (see `marathon status`)")
+@click.argument("run", metavar="RUN")
+@_report_option("write the report when the run ends, to DIR/RUN/ (default $MARATHON_HOME/reports/RUN/)")
+@click.option("--quiet", is_flag=True, help="no progress lines on stderr")
+@json_option("print the final status as JSON")
+def resume(run: str, report: str | None, quiet: bool, as_json: bool) -> int:
+    from client.run_projection import RunState
+    from client.run_status import is_locked
     from state import EventLog
 
+    args = SimpleNamespace(report=report, quiet=quiet, as_json=as_json)
     log = EventLog()
     try:
-        state = RunState.load(log, args.run)
+        state = RunState.load(log, run)
     except KeyError as exc:
-        return _fail(str(exc.args[0]))
+        return fail(str(exc.args[0]))
     if state.ended is not None and state.ended.get("state") != "failed":
-        print(f"run {args.run} has finished ({state.ended.get('state')}: {state.ended.get('reason')}); "
+        print(f"run {run} has finished ({state.ended.get('state')}: {state.ended.get('reason')}); "
               "nothing to resume")
         return 0
-    if is_locked(log.path, args.run):
-        return _fail(f"run {args.run} is running in another process", 1)
+    if is_locked(log.path, run):
+        return fail(f"run {run} is running in another process", 1)
     start = state.start
     policy = make_policy(str(start.get("policy") or "tuner"), start.get("model"),
                          dict(start.get("policy_options") or {}), log)
-    spec = server_spec(dict(start.get("server") or {}), args.run, log.path.parent)
+    spec = server_spec(dict(start.get("server") or {}), run, log.path.parent)
     options = loop_options(dict(start.get("options") or {}))
-    return _execute(log, args.run, spec, policy, options, args, resume=True)
+    return _execute(log, run, spec, policy, options, args, resume=True)

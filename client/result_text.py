@@ -1,10 +1,11 @@
-"""Tool results as the client records and shows them: trimmed, summarised, or read back from the log.
+"""Tool results as the client records and words them: trimmed for the log, or answered from the log.
 
 A result enters the log once (agent.result) with the text the model saw and the structured content
-minus the bulk (assembly, per-trial tensors' details beyond a few). Three results never come from a
-live call, and their text says so: a profile of a source already tried (answered from the log), a
-result the server logged before the client died (recovered on resume), and a call that was in
-flight when the run stopped and is not safe to repeat (interrupted).
+minus the bulk (assembly, per-trial tensors' details beyond a few). A live result's text is the one
+the server sent over MCP. Three results never come from a live call, and the client words them itself
+(it reaches the server through MCP only, so it shares none of the server's code): a profile of a source
+already tried (answered from the log), a result the server logged before the client died (recovered on
+resume), and a call that was in flight when the run stopped and is not safe to repeat (interrupted).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from client.runstate import AttemptRec, fmt_us
-from server import text as summaries
+from client.run_projection import AttemptRec, attempt_from_result, fmt_us
 
 TEXT_CHARS = 50_000  # the longest result text the log keeps (the transcript shows less)
 BULKY = ("ptx", "sass", "ttgir", "llir", "asm")
@@ -48,20 +48,24 @@ def repeat_text(rec: AttemptRec, run_id: str) -> str:
 
 
 def recovered_text(tool: str, result_payload: dict[str, Any]) -> str:
-    """A result the server logged before the client stopped, read back from the log on resume, worded
-    as the server words it live (server.text: pure formatting, no server machinery)."""
+    """A result the server logged before the client stopped, read back from the log on resume: for a
+    compile or profile its verdict and numbers in one line, as `repeat_text` words them, then the logged
+    result itself (without assembly), so the model has every number the live answer had."""
     body = result_payload.get("result")
     head = f"[recovered from the event log: the server finished this {tool} call before the client stopped]"
-    if tool == "profile" and isinstance(body, dict):
-        return head + "\n" + summaries.profile_text(body)
-    if tool == "compile" and isinstance(body, dict):
-        return head + "\n" + summaries.compile_text(body)
     if tool == "note" and isinstance(body, dict):
         return head + f"\nnoted (#{body.get('note_id')})"
-    text = json.dumps(body, default=str)
+    lines = [head]
+    structured = body if isinstance(body, dict) else None
+    rec = attempt_from_result(tool, {}, structured, ts=0.0, step=0, fp=None)
+    if rec is not None and structured is not None:
+        logged = f"; logged as attempt {rec.attempt_id}" if rec.attempt_id is not None else ""
+        lines.append(f"{tool} {structured.get('problem')}/{structured.get('shape')}: {rec.numbers()}{logged}")
+    text = json.dumps(trim_structured(structured) if structured is not None else body, default=str)
     if result_payload.get("error"):
         text = f"error: {result_payload['error']}\n{text}"
-    return head + "\n" + text[:4000]
+    lines.append(text[:4000])
+    return "\n".join(lines)
 
 
 def interrupted_text(tool: str) -> str:

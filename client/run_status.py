@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from client.runstate import AttemptRec, RunState, fmt_us
+from client.run_projection import AttemptRec, RunState, fmt_us
 
 REMOTE_LIVE_S = 900.0  # a run on another host counts as running while its newest event is this recent
 

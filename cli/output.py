@@ -1,0 +1,48 @@
+"""What every command prints the same way: --json or human output, progress lines, one-line errors.
+
+JSON output (--json) is a public schema, kept stable and tested: plain `json.dumps`, indented, to
+stdout. Human output goes to stdout too, progress and errors to stderr, an error as one line
+("marathon: ...") with no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(human(data))
+
+
+def json_option(help_text: str = "machine-readable output") -> Callable[[Any], Any]:
+    """`--json` (the parameter is `as_json`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def stderr_progress(message: dict[str, Any]) -> None:
+    done, total = message.get("done"), message.get("total")
+    frac = f" {done}/{total}" if done is not None and total else ""
+    print(f"  ... {message.get('stage', '')}{frac}", file=sys.stderr, flush=True)
+
+
+def progress_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Say why on one line of stderr; the exit code to return (2: the caller's to fix)."""
+    print(f"marathon: {message}", file=sys.stderr)
+    return code
+
+
+def refuse(message: str, code: int = 2) -> NoReturn:
+    """`fail`, from anywhere below a command: the command ends with `code`."""
+    raise click.exceptions.Exit(fail(message, code))

@@ -1,0 +1,32 @@
+"""`marathon status`: the state of a run, read back from the event log.
+
+The text is client.run_status.format_status and the JSON client.run_status.status_data (a public
+schema: run_id, state, steps, best, log_best, ...).
+"""
+
+from __future__ import annotations
+
+import click
+
+from cli.group import Command
+from cli.output import emit, fail, json_option
+
+
+@click.command("status", cls=Command, epilog="RUN: the run id (default: the newest run)")
+@click.argument("run", metavar="[RUN]", required=False)
+@json_option("machine-readable: run_id, state (running, interrupted, finished, failed), steps, best (this run's "
+             "own), log_best (any run's), ...")
+def status(run: str | None, as_json: bool) -> int:
+    from client.run_status import format_status, latest_run, status_data
+    from state import EventLog
+
+    with EventLog() as log:
+        run_id = run or latest_run(log)
+        if run_id is None:
+            return fail("no runs yet (start one with `marathon run --problem NAME`)", 1)
+        try:
+            data = status_data(log, run_id)
+        except KeyError as exc:
+            return fail(str(exc.args[0]))
+    emit(data, as_json, format_status)
+    return 0
