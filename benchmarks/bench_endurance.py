@@ -66,6 +66,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from state import keys  # noqa: E402  (after the path set-up above)
+
 RUN_ID = "endurance"
 POLICY = "endurance"
 PROBLEM, SHAPE = "softmax", "small"
@@ -282,7 +284,8 @@ def open_call(db: Path) -> str | None:
             if row is None:
                 return None
             call = json.loads(row[0])
-            done = conn.execute('SELECT 1 FROM events WHERE "key" = ?', (f"result:{RUN_ID}:{call['step']}",)).fetchone()
+            done = conn.execute('SELECT 1 FROM events WHERE "key" = ?',
+                                (keys.agent_result(RUN_ID, call["step"]),)).fetchone()
             return None if done else str(call["tool"])
         finally:
             conn.close()
@@ -315,7 +318,7 @@ def check_prefix(db: Path) -> dict[str, Any]:
 
 def _step_of_intent(key: str | None) -> int | None:
     """The step of a server intent, from its key: intent:RUN:RUN/STEP:digest."""
-    if not key or not key.startswith(f"intent:{RUN_ID}:"):
+    if not key or not key.startswith(keys.intent_prefix(RUN_ID)):
         return None
     call_id = key.split(":")[2]
     tail = call_id.rsplit("/", 1)[-1]

@@ -52,7 +52,7 @@ from client.result_text import (
 from client.run_projection import RunState, attempt_from_result, fmt_us
 from client.run_status import process_identity
 from client.transcript import Transcript, estimate_tokens
-from state import Event, EventLog, canonical_json, intent_key
+from state import Event, EventLog, canonical_json, intent_key, keys
 
 log = logging.getLogger("marathon.client")
 
@@ -106,7 +106,7 @@ def start_run(log: EventLog, run_id: str, goal: Goal, *, policy: str, model: str
     payload = {"goal": goal_text(goal), "spec": goal.as_payload(), "problem": goal.problem, "shape": goal.shape,
                "system": SYSTEM, "policy": policy, "model": model, "policy_options": policy_options or {},
                "server": server or {}, "options": (options or LoopOptions()).as_payload(), **process_identity()}
-    return log.append("run.start", payload, run_id=run_id, key=f"run.start:{run_id}")
+    return log.append("run.start", payload, run_id=run_id, key=keys.run_start(run_id))
 
 
 class Loop:
@@ -309,7 +309,7 @@ class Loop:
     async def _finish(self, call_ev: Event, result: dict[str, Any]) -> None:
         p = call_ev.payload
         result = {"step": p["step"], "call_id": p["call_id"], "tool": p["tool"], **result}
-        ev = self.log.append("agent.result", result, run_id=self.run_id, key=f"result:{self.run_id}:{p['step']}")
+        ev = self.log.append("agent.result", result, run_id=self.run_id, key=keys.agent_result(self.run_id, p["step"]))
         self.state.fold(ev)
         self.transcript.add_result(ev.id, ev.payload)
         self.timings["steps"] += 1
@@ -391,10 +391,10 @@ class Loop:
 
     def _server_call(self, call: dict[str, Any], after_id: int) -> tuple[Event | None, Event | None]:
         """The server's tool.intent for this call (by the call_id in its key) and its tool.result."""
-        prefix = f"intent:{self.run_id}:{call['call_id']}:"
+        prefix = keys.intent_prefix(self.run_id, call["call_id"])
         for ev in self.log.events(run_id=self.run_id, kinds=["tool.intent"], after_id=after_id):
             if ev.key and ev.key.startswith(prefix):
-                return ev, self.log.by_key(f"result:{ev.id}")
+                return ev, self.log.by_key(keys.tool_result(ev.id))
         return None, None
 
     def _log_shared(self) -> bool:
@@ -415,7 +415,7 @@ class Loop:
         if intent is not None and result is None:
             self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": False, "result": None,
                                             "error": "interrupted: the client stopped waiting for this call"},
-                            run_id=self.run_id, key=f"result:{intent.id}")
+                            run_id=self.run_id, key=keys.tool_result(intent.id))
 
     def _settle_from_log(self, call: dict[str, Any], call_event_id: int) -> dict[str, Any] | None:
         """The result of a call the server finished (its tool.result is in the shared log), else None."""
@@ -447,7 +447,7 @@ class Loop:
         structured = attempt_report(att)
         self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": bool(structured["ok"]),
                                         "result": structured, "error": att.payload.get("error")},
-                        run_id=self.run_id, key=f"result:{intent.id}")
+                        run_id=self.run_id, key=keys.tool_result(intent.id))
         text = recovered_text(call["tool"], {"result": structured})
         return self._result(call, ToolAnswer(bool(structured["ok"]) and att.payload.get("outcome") in
                                              ("correct", "compiled"), text, structured), "recovered")
@@ -462,7 +462,7 @@ class Loop:
         note_id = found[0].id
         self.log.append("tool.result", {"tool": "note", "intent_id": intent.id, "ok": True,
                                         "result": {"note_id": note_id}, "error": None},
-                        run_id=self.run_id, key=f"result:{intent.id}")
+                        run_id=self.run_id, key=keys.tool_result(intent.id))
         return self._result(call, ToolAnswer(True, f"noted (#{note_id}), recovered from the log",
                                              {"id": note_id}), "recovered")
 
@@ -544,7 +544,7 @@ class Loop:
                    "hidden_turns": [chosen.hidden[0].turn, chosen.hidden[-1].turn],
                    "kept_turns": len(chosen.kept), "method": method, "usage": usage,
                    "step": self.state.steps_done}
-        ev = self.log.append("compaction", payload, run_id=self.run_id, key=f"compaction:{self.run_id}:{chosen.cut_id}")
+        ev = self.log.append("compaction", payload, run_id=self.run_id, key=keys.compaction(self.run_id, chosen.cut_id))
         self.state.fold(ev)
         self.transcript.compact(chosen.cut_id, summary)
         keep_from = self.state.steps_started - 200  # the summaries list at most the newest few dozen steps

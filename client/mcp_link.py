@@ -29,12 +29,10 @@ from typing import IO, Any
 import anyio
 
 from client.policy import ToolSpec
+from state.keys import META_CALL, META_RUN, META_SESSION
 
 log = logging.getLogger("marathon.client")
 
-META_RUN = "kernel-marathon/run"
-META_SESSION = "kernel-marathon/session"
-META_CALL = "kernel-marathon/call_id"
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",

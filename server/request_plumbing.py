@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from state.keys import META_CALL, META_RUN, META_SESSION
+
 log = logging.getLogger("marathon.server")
 
 T = TypeVar("T")
@@ -29,9 +31,6 @@ Progress = Callable[[dict[str, Any]], None]
 
 # `_meta` keys a client may set on a request (optional): the bundled client uses them to tie calls
 # to its run and to make a retried call reuse its intent event.
-META_RUN = "kernel-marathon/run"
-META_SESSION = "kernel-marathon/session"
-META_CALL = "kernel-marathon/call_id"
 
 # How long a cancelled call waits for the Service to stop the job and log the result.
 CANCEL_GRACE_S = 30.0

@@ -8,8 +8,6 @@ the same result and the same log entries whichever way it came in.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -17,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import get_problem, list_problems, problem_names, solution_path, starter_path
-from state import EventLog, intent_key, state_dir
+from state import EventLog, intent_key, keys, state_dir
 from state.events import outcome_for
 from tools import guard
 from tools.compiler import compile_candidate
@@ -94,7 +92,7 @@ class Service:
     def _intent(self, tool: str, args: dict[str, Any], run_id: str | None, client: dict[str, Any] | None,
                 call_id: str | None) -> Any:
         digest = intent_key(tool, args)
-        key = f"intent:{run_id or '-'}:{call_id or uuid.uuid4().hex}:{digest}"
+        key = keys.intent(run_id, call_id or uuid.uuid4().hex, digest)
         logged_args = {k: v for k, v in args.items() if k != "source"}
         if "source" in args:
             logged_args["source_sha"] = self.log.put_source(args["source"])
@@ -106,7 +104,7 @@ class Service:
     def _result(self, tool: str, intent: Any, ok: bool, result: Any, error: str | None,
                 run_id: str | None) -> None:
         self.log.append("tool.result", {"tool": tool, "intent_id": intent.id, "ok": ok, "result": result,
-                                        "error": error}, run_id=run_id, key=f"result:{intent.id}")
+                                        "error": error}, run_id=run_id, key=keys.tool_result(intent.id))
 
     def _attempt(self, tool: str, report: dict[str, Any], sha: str, run_id: str | None,
                  intent_id: int) -> int:
@@ -225,7 +223,7 @@ class Service:
             report["verified"] = False
             return
         sha = self.log.put_source(source)
-        key = f"census:{sha}:{problem}:{shape}:{device}"
+        key = keys.census(sha, problem, shape, device)
         cached = self.log.by_key(key)
         if cached is not None:
             census = {**cached.payload["result"], "cached": True}
@@ -300,7 +298,7 @@ class Service:
         cache_fields = {"problem": problem, "shape": shape, "gpu": device.get("name"),
                         "driver": device.get("driver"), "torch": device.get("torch"),
                         "triton": device.get("triton")}
-        key = "baseline:" + hashlib.sha256(json.dumps(cache_fields, sort_keys=True).encode()).hexdigest()
+        key = keys.baseline(cache_fields)
         cached = None if refresh else self.log.by_key(key)
         if cached is not None:
             report = {**cached.payload["results"], "cached": True, "cached_event_id": cached.id}
