@@ -130,15 +130,6 @@ def _internal(tool: str, report: dict[str, Any]) -> None:
                         "the server log has the details; the call may be retried")
 
 
-def _check_baseline(service: Service, problem: str, name: str) -> None:
-    from kernels import get_problem
-
-    service.resolve(problem, None)
-    valid = [b.name for b in get_problem(problem).baselines]
-    if name not in valid:
-        raise UnknownInput(f"problem {problem!r} has no baseline {name!r} (valid: {', '.join(valid) or 'none'})")
-
-
 class MarathonServer(MCPServer[Any]):
     """MCPServer, with a prompt request checked before it is rendered (server.prompts.check_prompt_request), so
     that a caller's mistake there is answered as invalid params instead of an internal error."""
@@ -245,8 +236,6 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             c = who(ctx)
 
             def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                if baseline is not None:
-                    _check_baseline(service, problem, baseline)
                 return service.profile(problem, source, shape, run_id=c.run_id, client=c.client(),
                                        call_id=c.call_id, progress=progress, cancel=cancel, graph=graph,
                                        baseline=baseline, timeout=timeout_s, ncu=ncu, l2=l2)

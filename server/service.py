@@ -68,6 +68,16 @@ class Service:
         return shape
 
     @staticmethod
+    def check_baseline(problem: str, name: str | None) -> None:
+        """A baseline named by the caller is one of the problem's: checked before any job, on a GPU or not (a CPU
+        profile times nothing, and would otherwise take any name)."""
+        if name is None:
+            return
+        valid = [b.name for b in get_problem(problem).baselines]
+        if name not in valid:
+            raise UnknownInput(f"problem {problem!r} has no baseline {name!r} (valid: {', '.join(valid) or 'none'})")
+
+    @staticmethod
     def check_l2(l2: str | None) -> str:
         """The L2 regime of a profile, checked here once for every surface (CLI, MCP), so a bad value gets the
         same answer whichever way it came in. None is the default, "cold"."""
@@ -180,6 +190,7 @@ class Service:
                 timeout: float | None = None, ncu: bool = False, l2: str | None = None) -> dict[str, Any]:
         self.check_source(source)
         shape = self.resolve(problem, shape)
+        self.check_baseline(problem, baseline)
         l2 = self.check_l2(l2)
         args = {"problem": problem, "shape": shape, "source": source, "graph": graph, "baseline": baseline}
         if ncu:

@@ -62,33 +62,39 @@ def test_instructions_by_line_over_mcp_and_over_the_cli_agree(marathon_home: Pat
     assert cli_kernel["lines"] and mcp_kernel["lines"] == cli_kernel["lines"]  # "global" keeps its name
 
 
-def test_a_bad_l2_gets_the_same_answer_from_the_service_the_cli_and_mcp(marathon_home: Path) -> None:
-    """The service checks the regime, once, before anything is logged or run; the CLI and the MCP tool pass the
-    value through, so all three give its message."""
+@pytest.mark.parametrize(("option", "value", "fragments"), [
+    ("l2", "hot", ["'hot'", "cold, warm"]),
+    ("baseline", "nonsense", ["no baseline 'nonsense'", "torch"]),  # refused without a GPU too: nothing is timed
+], ids=["l2", "baseline"])
+def test_a_bad_option_gets_the_same_answer_from_the_service_the_cli_and_mcp(marathon_home: Path, option: str,
+                                                                            value: str, fragments: list[str]) -> None:
+    """The service checks the value, once, before anything is logged or run; the CLI and the MCP tool pass it
+    through, so all three give its message."""
     from server.service import UnknownInput
     from state import EventLog
 
     service = Service()
     try:
         with pytest.raises(UnknownInput) as refused:
-            service.profile("softmax", STARTER, l2="hot")
+            service.profile("softmax", STARTER, **{option: value})
     finally:
         service.close()
     message = str(refused.value)
-    assert "'hot'" in message and "cold, warm" in message
+    assert all(f in message for f in fragments), message
 
     path = marathon_home / "candidate.py"
     path.write_text(STARTER)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARATHON_HOME": str(marathon_home)}
     proc = subprocess.run([sys.executable, "-m", "cli", "profile", str(path), "--problem", "softmax",
-                           "--l2", "hot", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           f"--{option}", value, "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"marathon: {message}\n", proc.stderr
 
     service = Service()
     try:
         async def main() -> Any:
             async with Client(build_app(service)) as c:
-                return await c.call_tool("profile", {"problem": "softmax", "source": STARTER, "l2": "hot"})
+                return await c.call_tool("profile", {"problem": "softmax", "source": STARTER, option: value})
 
         result = anyio.run(main)
     finally:
