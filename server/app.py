@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt
 
 from server import models, summaries
 from server.args import SQLITE_MAX_INT, WHOLE
-from server.request_plumbing import Caller, caller_of, new_process_session, run_blocking
+from server.request_plumbing import Caller, Progress, caller_of, new_process_session, run_blocking
 from server.service import Service, UnknownInput
 from tools.timing import L2_REGIMES
 
@@ -167,6 +167,20 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             tool, args, fn, run_id=c.run_id, client=c.client(), call_id=c.call_id, summary=summary,
             pass_intent=pass_intent))
 
+    async def job(ctx: Context, tool: str, call: Callable[[Caller, Progress, threading.Event], dict[str, Any]],
+                  model: type[BaseModel], summary: Callable[[dict[str, Any]], str], *, stoppable: bool = True,
+                  succeeded: Callable[[dict[str, Any]], bool] = lambda r: bool(r.get("ok"))) -> CallToolResult:
+        """What every job tool does around its service call: the caller's run and call ids, the call in a thread
+        with progress notifications and cancellation (a job that cannot be stopped once started finishes, and is
+        logged, on its own), a fault of the harness as a retryable internal error, and the reply: the summary and
+        the typed report."""
+        with _faults(tool):
+            c = who(ctx)
+            report = await run_blocking(ctx, tool, lambda progress, cancel: call(c, progress, cancel), beat,
+                                        **({} if stoppable else {"cancel_grace_s": 0}))
+            _internal(tool, report)
+            return _job_reply(report, model, summary(report), succeeded(report))
+
     async def notes_for(problem: str | None, shape: str | None) -> list[dict[str, Any]]:
         notes = await anyio.to_thread.run_sync(lambda: service.notes(problem=problem, limit=20))
         return [n for n in notes if shape is None or n.get("shape") in (None, shape)][:10]
@@ -201,16 +215,10 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         Reports per kernel: registers, spilled bytes, shared memory, warps, stages, and whether the
         SASS uses wgmma (HGMMA) and TMA. Cheap compared with profile: use it to catch syntax, type and
         resource problems first. A failure comes back as a tool error with the message and line."""
-        with _faults("compile"):
-            c = who(ctx)
-
-            def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                return service.compile(problem, source, shape, want_asm=asm, want_lines=lines, run_id=c.run_id,
-                                       client=c.client(), call_id=c.call_id)
-
-            # The compile steps cannot be interrupted: a cancelled compile finishes (and is logged) on its own.
-            report = await run_blocking(ctx, "compile", work, beat, cancel_grace_s=0)
-            return _job_reply(report, models.CompileResult, summaries.compile_text(report), bool(report.get("ok")))
+        # The compile steps cannot be interrupted: a cancelled compile finishes (and is logged) on its own.
+        return await job(ctx, "compile", lambda c, progress, cancel: service.compile(
+            problem, source, shape, want_asm=asm, want_lines=lines, run_id=c.run_id, client=c.client(),
+            call_id=c.call_id), models.CompileResult, summaries.compile_text, stoppable=False)
 
     @app.tool(title="Check and time a candidate", annotations=RUNS_JOB)
     async def profile(
@@ -232,18 +240,10 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         GB/s and TFLOP/s and the GPU's clocks. A candidate that is wrong, refused (kernel library or
         torch compute), fails to load, crashes or hangs comes back as a tool error with the details.
         Long: sends progress notifications while it runs; cancelling the call stops the job."""
-        with _faults("profile"):
-            c = who(ctx)
-
-            def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                return service.profile(problem, source, shape, run_id=c.run_id, client=c.client(),
-                                       call_id=c.call_id, progress=progress, cancel=cancel, graph=graph,
-                                       baseline=baseline, timeout=timeout_s, ncu=ncu, l2=l2)
-
-            report = await run_blocking(ctx, "profile", work, beat)
-            _internal("profile", report)
-            return _job_reply(report, models.ProfileResult, summaries.profile_text(report),
-                              bool(report.get("ok") and report.get("correct")))
+        return await job(ctx, "profile", lambda c, progress, cancel: service.profile(
+            problem, source, shape, run_id=c.run_id, client=c.client(), call_id=c.call_id, progress=progress,
+            cancel=cancel, graph=graph, baseline=baseline, timeout=timeout_s, ncu=ncu, l2=l2),
+            models.ProfileResult, summaries.profile_text, succeeded=lambda r: bool(r.get("ok") and r.get("correct")))
 
     @app.tool(title="Time the baselines", annotations=RUNS_JOB)
     async def baseline(
@@ -253,19 +253,14 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         """Time each of the problem's baselines (eager and as a CUDA graph) at `shape`, after checking
         it against the reference. Measured once per GPU, driver and library versions, then answered
         from the event log (cached=true) unless refresh is set."""
-        with _faults("baseline"):
-            c = who(ctx)
-
-            def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                return service.baseline(problem, shape, refresh=refresh, run_id=c.run_id, client=c.client(),
-                                        call_id=c.call_id, progress=progress, cancel=cancel)
-
-            report = await run_blocking(ctx, "baseline", work, beat)
+        def call(c: Caller, progress: Progress, cancel: threading.Event) -> dict[str, Any]:
+            report = service.baseline(problem, shape, refresh=refresh, run_id=c.run_id, client=c.client(),
+                                      call_id=c.call_id, progress=progress, cancel=cancel)
             report.setdefault("problem", problem)  # a job the pool had to stop reports only its fault
             report.setdefault("shape", shape or "bench")
-            _internal("baseline", report)
-            return _job_reply(report, models.BaselineResult, summaries.baseline_text(report),
-                              bool(report.get("ok")))
+            return report
+
+        return await job(ctx, "baseline", call, models.BaselineResult, summaries.baseline_text)
 
     @app.tool(title="Where a candidate's kernels stall, by source line", annotations=RUNS_JOB)
     async def hotspots(
@@ -278,16 +273,10 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
 
         Lines inside Triton's own code (a tl.sum, a tl.cumsum) are named by their Triton function. Needs a
         GPU and ncu; does not check or time the candidate (use profile for that). Takes about a minute."""
-        with _faults("hotspots"):
-            c = who(ctx)
-
-            def work(progress: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
-                return service.hotspots(problem, source, shape, top=top, run_id=c.run_id, client=c.client(),
-                                        call_id=c.call_id, progress=progress)
-
-            # ncu runs to completion once started: a cancelled call finishes (and is logged) on its own.
-            report = await run_blocking(ctx, "hotspots", work, beat, cancel_grace_s=0)
-            return _job_reply(report, models.HotspotsResult, summaries.hotspots_text(report), bool(report.get("ok")))
+        # ncu runs to completion once started: a cancelled call finishes (and is logged) on its own.
+        return await job(ctx, "hotspots", lambda c, progress, cancel: service.hotspots(
+            problem, source, shape, top=top, run_id=c.run_id, client=c.client(), call_id=c.call_id,
+            progress=progress), models.HotspotsResult, summaries.hotspots_text, stoppable=False)
 
     # -- the event log ----------------------------------------------------------------------------------
 
