@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 import click
 
 from cli.group import Command
-from cli.output import emit, json_option, refuse, stderr_progress
-from server import summaries
+from cli.output import emit_result, json_option, refuse, stderr_progress
+from server import models, summaries
 
 CLIENT = {"name": "marathon-cli"}
 CANDIDATE = "FILE: the candidate source file, defining entry(*inputs)"
@@ -94,7 +94,7 @@ def compile_(file: str, problem: str, shape: str, asm: bool, timeout: float | No
     with service() as svc:
         report = svc.compile(problem, source, shape, want_asm=asm, want_lines=lines, client=dict(CLIENT),
                              timeout=timeout, progress=_progress(as_json))
-    emit(report, as_json, summaries.compile_text)
+    emit_result(report, models.CompileResult, as_json, summaries.compile_text)
     return 0 if report["ok"] else 1
 
 
@@ -120,7 +120,7 @@ def profile(file: str, problem: str, shape: str, graph: str, baseline: str | Non
         report = svc.profile(problem, source, shape, client=dict(CLIENT), progress=_progress(as_json),
                              graph={"auto": None, "on": True, "off": False}[graph], baseline=baseline,
                              timeout=timeout, ncu=ncu, l2=l2)
-    emit(report, as_json, summaries.profile_text)
+    emit_result(report, models.ProfileResult, as_json, summaries.profile_text)
     return 0 if report.get("ok") else 1
 
 
@@ -132,7 +132,7 @@ def profile(file: str, problem: str, shape: str, graph: str, baseline: str | Non
 def baseline(problem: str, shape: str, refresh: bool, as_json: bool) -> int:
     with service() as svc:
         report = svc.baseline(problem, shape, refresh=refresh, client=dict(CLIENT), progress=_progress(as_json))
-    emit(report, as_json, summaries.baseline_text)
+    emit_result(report, models.BaselineResult, as_json, summaries.baseline_text)
     return 0 if report.get("ok") else 1
 
 
@@ -149,5 +149,5 @@ def hotspots(file: str, problem: str, shape: str, top: int, save: Path | None, a
     with service() as svc:
         report = svc.hotspots(problem, source, shape, top=top, save_dir=save, client=dict(CLIENT),
                               progress=_progress(as_json))
-    emit(report, as_json, summaries.hotspots_text)
+    emit_result(report, models.HotspotsResult, as_json, summaries.hotspots_text)
     return 0 if report.get("ok") else 1

@@ -1,8 +1,9 @@
 """What every command prints the same way: --json or human output, progress lines, one-line errors.
 
 JSON output (--json) is a public schema, kept stable and tested: plain `json.dumps`, indented, to
-stdout. Human output goes to stdout too, progress and errors to stderr, an error as one line
-("marathon: ...") with no traceback.
+stdout; a job's report is the MCP tool's structured result, under the schema tools/list publishes.
+Human output goes to stdout too, progress and errors to stderr, an error as one line ("marathon: ...")
+with no traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
         print(json.dumps(data, indent=2, default=str))
     else:
         print(human(data))
+
+
+def emit_result(report: dict[str, Any], result: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+    """A job's report: with --json, as the MCP tool's structured result of the same call (the schema `result`,
+    a server.models class, publishes), plus the private keys the MCP answer leaves out (our tracebacks)."""
+    if not as_json:
+        print(human(report))
+        return
+    from server.models import PRIVATE_KEYS, published
+
+    out = published(result, report).model_dump(mode="json", by_alias=True)
+    out.update({k: report[k] for k in PRIVATE_KEYS if k in report})
+    print(json.dumps(out, indent=2, default=str))
 
 
 def json_option(help_text: str = "machine-readable output") -> Callable[[Any], Any]:

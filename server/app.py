@@ -102,7 +102,7 @@ def _failed(summary: str, model: BaseModel, report: dict[str, Any]) -> CallToolR
 
 def _job_reply(report: dict[str, Any], model_type: type[BaseModel], summary: str, ok: bool) -> CallToolResult:
     """A job tool's answer: the text summary and the schema'd report; an error result unless `ok`."""
-    model = model_type.model_validate(models.jsonable(report))
+    model = models.published(model_type, report)
     return _ok(summary, model) if ok else _failed(summary, model, report)
 
 
@@ -196,7 +196,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         with _faults("list_problems"):
             problems = await quick("list_problems", {}, ctx, service.problems,
                                    lambda ps: {"problems": [p["name"] for p in ps]})
-            out = models.ProblemList.model_validate({"problems": models.jsonable(problems)})
+            out = models.published(models.ProblemList, {"problems": problems})
             return _ok(summaries.problems_text(problems), out)
 
     # -- compile / profile / baseline -------------------------------------------------------------------
@@ -308,7 +308,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                     "next_offset": offset + limit if len(rows) > limit else None,
                     "notes": await notes_for(problem, shape)}
             page = models.jsonable(page)
-            return _ok(summaries.attempts_text(page), models.AttemptPage.model_validate(page))
+            return _ok(summaries.attempts_text(page), models.published(models.AttemptPage, page))
 
     @app.tool(title="Best attempt", annotations=READ_ONLY)
     async def best(problem: ProblemArg, ctx: Context, shape: ShapeArg = None
@@ -323,7 +323,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
                                 lambda b: {"attempt_id": b["id"] if b else None})
             out = models.jsonable({"problem": problem, "shape": resolved, "found": found is not None, "best": found,
                                    "notes": await notes_for(problem, resolved)})
-            return _ok(summaries.best_text(out), models.BestResult.model_validate(out))
+            return _ok(summaries.best_text(out), models.published(models.BestResult, out))
 
     @app.tool(title="Read one attempt", annotations=READ_ONLY)
     async def attempt(id: Annotated[StrictInt, Field(ge=1, le=SQLITE_MAX_INT, description="attempt id (from attempts, "
@@ -335,7 +335,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             found = await quick("attempt", {"id": id}, ctx, lambda: service.attempt(id),
                                 lambda a: {"attempt_id": a["id"]})
             found = models.jsonable(found)
-            return _ok(summaries.attempt_text(found), models.AttemptDetail.model_validate(found))
+            return _ok(summaries.attempt_text(found), models.published(models.AttemptDetail, found))
 
     @app.tool(title="Record a note", annotations=APPENDS)
     async def note(
@@ -356,7 +356,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             made = await quick("note", args, ctx, lambda intent_id: service.note(
                 text, problem=problem, shape=shape, tags=tags, run_id=c.run_id, intent_id=intent_id),
                 lambda n: {"note_id": n["id"]}, pass_intent=True)
-            return _ok(f"noted (#{made['id']})", models.NoteResult.model_validate(made))
+            return _ok(f"noted (#{made['id']})", models.published(models.NoteResult, made))
 
     from server.prompts import register_prompts
     from server.resources import register_resources

@@ -4,10 +4,11 @@ Every field a tool reports is declared, so a client can read what it gets from t
 ones an agent reasons with typed closely (ok, correct, error_class, max_rel_err, timing.median_us,
 speedup, kernels[].registers, ...), the rich sections (trials, telemetry, the ncu run) as objects.
 A field a tool reports only in some cases is declared with `reported()`: absent from the result
-unless the tool reported a value, exactly as before it was declared. Anything new still passes
-through unchanged (extra="allow"): the reports grow, and a new field must not break a client that
-validates against the schema. tests/snapshots/tool_schemas.json pins the schemas, so a change to
-them is deliberate.
+unless the tool reported a value, exactly as before it was declared. The schemas are closed
+(additionalProperties false): a result holds nothing its schema does not name. `published` builds a
+result from a report; a field the report has and the schema lacks is a bug of ours, refused under the
+tests (MARATHON_STRICT_RESULTS=1) and, in service, dropped with a warning in the server log rather than
+failing the call. tests/snapshots/tool_schemas.json pins the schemas, so a change to them is deliberate.
 
 JSON has no NaN or infinity, so `jsonable` turns non-finite floats into None before validation (an
 infinite error reads as "no number"; the error text says why).
@@ -15,16 +16,68 @@ infinite error reads as "no number"; the error text says why).
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class Open(BaseModel):
-    """A result object that keeps every field the tool reported, typed or not."""
+    """A result object: the fields its schema declares, and no others."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
+
+
+class UndeclaredFields(ValueError):
+    """A report holds fields its result schema does not declare."""
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The result models an annotation names (Timing | None, list[CompileMessage] | None, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _declared(model_type: type[BaseModel], value: Any, path: str, dropped: list[str]) -> Any:
+    """`value` with only the fields `model_type` declares, recursively into nested result models."""
+    if not isinstance(value, dict):
+        return value
+    fields = {(f.alias or name): f for name, f in model_type.model_fields.items()}
+    out = {}
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            dropped.append(f"{path}{key}")
+            continue
+        nested = _models_in(field.annotation)
+        if nested and isinstance(item, dict):
+            item = _declared(nested[0], item, f"{path}{key}.", dropped)
+        elif nested and isinstance(item, list):
+            item = [_declared(nested[0], x, f"{path}{key}[].", dropped) for x in item]
+        out[key] = item
+    return out
+
+
+_warned: set[str] = set()
+
+
+def published(model_type: type[BaseModel], report: Any) -> BaseModel:
+    """The result a client gets for `report`: JSON-safe (`jsonable`), holding only declared fields."""
+    dropped: list[str] = []
+    value = _declared(model_type, jsonable(report), "", dropped)
+    if dropped:
+        if os.environ.get("MARATHON_STRICT_RESULTS") == "1":
+            raise UndeclaredFields(f"{model_type.__name__} does not declare {', '.join(sorted(set(dropped)))}")
+        new = sorted(set(dropped) - _warned)
+        if new:
+            _warned.update(new)
+            logging.getLogger("marathon.server").warning("result %s: undeclared fields dropped: %s",
+                                                         model_type.__name__, ", ".join(new))
+    return model_type.model_validate(value)
 
 
 def _is_none(value: Any) -> bool:

@@ -29,6 +29,9 @@ def _has_cuda() -> bool:
 HAS_CUDA = _has_cuda()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# A tool result with a field its output schema does not declare fails the test (server.models.published); in
+# service the field is dropped with a warning instead. Servers the tests start as subprocesses inherit it.
+os.environ.setdefault("MARATHON_STRICT_RESULTS", "1")
 
 
 @pytest.fixture(autouse=True)

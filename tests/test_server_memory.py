@@ -389,14 +389,14 @@ def test_gpu_shaped_results_validate_and_read_well() -> None:
     from server.summaries import baseline_text, profile_text
     from tools.timing import summarize
 
-    cand = {**summarize([10.0, 10.5, 11.0, 10.2]), "mode": "cuda_graph", "pilot_us": 10.4, "seed": 7}
+    cand = {**summarize([10.0, 10.5, 11.0, 10.2]), "mode": "cuda_graph", "pilot_us": 10.4}
     base = {"name": "torch", **summarize([20.0, 21.0, 19.5]), "mode": "cuda_graph", "pilot_us": 20.1}
     report = {"problem": "softmax", "shape": "bench", "ok": True, "correct": True, "error_class": None,
               "max_rel_err": 1e-7, "timing": cand, "baseline": base, "speedup": base["median_us"] / cand["median_us"],
               "achieved": {"gbps": 3000.0, "tflops": 0.4, "dram_share": 0.7}, "device": {"name": "NVIDIA H200"}}
     model = ProfileResult.model_validate(jsonable(report))
     assert model.timing is not None and model.timing.median_us == cand["median_us"] and model.timing.reps == 4
-    assert model.model_dump()["achieved"]["gbps"] == 3000.0  # extra fields pass through
+    assert model.model_dump()["achieved"]["gbps"] == 3000.0
     text = profile_text(report)
     assert f"speedup {report['speedup']:.2f}x" in text and "3000 GB/s" in text and "cuda_graph" in text
     timings = {"eager": {**summarize([30.0, 31.0]), "mode": "eager", "gbps": 1.0, "tflops": 0.1},
@@ -406,6 +406,20 @@ def test_gpu_shaped_results_validate_and_read_well() -> None:
                                "max_rel_err": 0.0, "timing": timings}]}
     assert BaselineResult.model_validate(jsonable(baseline)).baselines[0].timing == timings
     assert "[cuda_graph]: failed" in baseline_text(baseline) and "30.50 us" in baseline_text(baseline)
+
+
+def test_a_field_no_schema_declares_is_refused_under_test_and_dropped_in_service(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from server.models import ProfileResult, UndeclaredFields, published
+
+    report = {"problem": "p", "shape": "bench", "ok": True, "timing": {"median_us": 5.0, "seed": 7}, "extra": 1}
+    with pytest.raises(UndeclaredFields, match=r"extra, timing\.seed"):
+        published(ProfileResult, report)
+    monkeypatch.setenv("MARATHON_STRICT_RESULTS", "0")
+    dumped = published(ProfileResult, report).model_dump(mode="json", exclude_none=True)
+    assert "extra" not in dumped and dumped["timing"] == {"median_us": 5.0}
+    with pytest.raises(ValueError):  # the schema itself is closed, whoever builds a result
+        ProfileResult.model_validate(report)
 
 
 def test_a_gpu_verdict_is_declared_whole() -> None:
