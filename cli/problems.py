@@ -1,24 +1,12 @@
-"""`marathon problems`: the problem suite, as the kernels/ registry describes it."""
+"""`marathon problems`: the problem suite, as the kernels/ registry describes it, worded as the MCP tool words it."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import click
 
 from cli.group import Command
 from cli.output import emit, json_option
-
-
-def _human(items: list[dict[str, Any]]) -> str:
-    lines = []
-    for d in items:
-        lines.append(f"{d['name']}: {d['summary']}")
-        for shape, dims in d["shapes"].items():
-            dims_s = ", ".join(f"{k}={v}" for k, v in dims.items())
-            lines.append(f"    {shape:<12} {dims_s}")
-        lines.append(f"    baselines: {', '.join(b['name'] for b in d['baselines']) or '-'}")
-    return "\n".join(lines)
+from server import summaries
 
 
 @click.command("problems", cls=Command)
@@ -26,5 +14,5 @@ def _human(items: list[dict[str, Any]]) -> str:
 def problems(as_json: bool) -> int:
     from kernels import list_problems  # the suite imports torch
 
-    emit([p.describe() for p in list_problems()], as_json, _human)
+    emit([p.describe() for p in list_problems()], as_json, summaries.problems_text)
     return 0

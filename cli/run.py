@@ -220,15 +220,14 @@ def run(**params: Any) -> int:
     from client.goal import Budget, Goal
     from client.loop import start_run
     from client.run_status import new_run_id
-    from kernels import get_problem, problem_names
+    from server.service import Service, UnknownInput
     from state import EventLog
 
     args = SimpleNamespace(**params)
-    if args.problem not in problem_names():
-        return fail(f"unknown problem {args.problem!r} (known: {', '.join(problem_names())})")
-    shapes = get_problem(args.problem).shapes
-    if args.shape not in shapes:
-        return fail(f"problem {args.problem!r} has no shape {args.shape!r} (valid: {', '.join(shapes)})")
+    try:
+        Service.resolve(args.problem, args.shape)
+    except UnknownInput as exc:
+        return fail(str(exc))
     if args.max_steps is not None and args.max_steps < 1:
         return fail("--max-steps must be at least 1")
     goal = Goal(problem=args.problem, shape=args.shape, target_speedup=args.target, target_us=args.target_us,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kernels import get_problem, list_problems, problem_names, solution_path, starter_path
+from kernels import get_problem, list_problems, solution_path, starter_path
 from state import EventLog, intent_key, keys, state_dir
 from state.events import outcome_for
 from tools import guard
@@ -59,10 +59,13 @@ class Service:
 
     @staticmethod
     def resolve(problem: str, shape: str | None) -> str:
-        if problem not in problem_names():
-            raise UnknownInput(f"unknown problem {problem!r} (known: {', '.join(problem_names())})")
+        """The shape a call means (default bench), or UnknownInput naming what exists: the one check of a problem
+        and shape name for every surface (MCP tools, the CLI's jobs, `marathon run`)."""
+        try:
+            p = get_problem(problem)
+        except KeyError as exc:
+            raise UnknownInput(str(exc.args[0])) from None
         shape = shape or "bench"
-        p = get_problem(problem)
         if shape not in p.shapes:
             raise UnknownInput(f"problem {problem!r} has no shape {shape!r} (valid: {', '.join(p.shapes)})")
         return shape
