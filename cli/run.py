@@ -96,7 +96,7 @@ def loop_options(saved: dict[str, Any] | None = None, args: Any = None) -> Any:
 
 
 async def drive(log: Any, spec: Any, policy: Any, run_id: str, options: Any, *, resume: bool,
-                quiet: bool) -> Any:
+                quiet: bool, extend: dict[str, Any] | None = None) -> Any:
     """Connect to the server and run the loop until the run ends; the connection is closed after."""
     from client.loop import Loop
     from client.mcp_link import Link
@@ -106,13 +106,14 @@ async def drive(log: Any, spec: Any, policy: Any, run_id: str, options: Any, *, 
         await link.ensure()
         loop = Loop(log, link, policy, run_id, options=options, progress=None if quiet else progress_line)
         if resume:
-            loop.mark_resumed()
+            loop.mark_resumed(extend=extend)
         return await loop.run()
     finally:
         await link.close()
 
 
-def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: Any, resume: bool) -> int:
+def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: Any, resume: bool,
+             extend: dict[str, Any] | None = None) -> int:
     import anyio
 
     from client.mcp_link import LinkDown
@@ -128,7 +129,7 @@ def _execute(log: Any, run_id: str, spec: Any, policy: Any, options: Any, args: 
                           f"`marathon status {run_id}` shows it, `marathon resume {run_id}` continues it after a stop")
         try:
             end = anyio.run(functools.partial(drive, log, spec, policy, run_id, options, resume=resume,
-                                              quiet=args.quiet))
+                                              quiet=args.quiet, extend=extend))
         except KeyboardInterrupt:
             progress_line(f"run {run_id}: interrupted; `marathon resume {run_id}` continues it")
             return 130
@@ -254,26 +255,47 @@ def run(**params: Any) -> int:
 
 # -- resume -------------------------------------------------------------------------------------------
 
-@click.command("resume", cls=Command, epilog="RUN: the run id (see `marathon status`)")
+@click.command("resume", cls=Command, epilog="RUN: the run id (see `marathon status`). The limits are the run's new "
+               "totals, not additions; a run that ended because a limit was reached continues under new ones.")
 @click.argument("run", metavar="RUN")
+@click.option("--max-steps", type=int, metavar="N", help="new budget: tool calls in all")
+@click.option("--hours", type=float, metavar="H", help="new budget: hours of active wall time in all")
+@click.option("--max-tokens", type=int, metavar="N", help="new budget: model tokens in all")
+@click.option("--max-cost", type=float, metavar="USD", help="new budget: model cost in dollars in all")
+@click.option("--deadline", metavar="DEADLINE", help="new deadline: a UTC time (2026-12-02T06:00) or +H hours")
 @_report_option("write the report when the run ends, to DIR/RUN/ (default $MARATHON_HOME/reports/RUN/)")
 @click.option("--quiet", is_flag=True, help="no progress lines on stderr")
 @json_option("print the final status as JSON")
-def resume(run: str, report: str | None, quiet: bool, as_json: bool) -> int:
+def resume(run: str, max_steps: int | None, hours: float | None, max_tokens: int | None, max_cost: float | None,
+           deadline: str | None, report: str | None, quiet: bool, as_json: bool) -> int:
     from client.run_projection import RunState
     from client.run_status import is_locked
     from state import EventLog
 
     args = SimpleNamespace(report=report, quiet=quiet, as_json=as_json)
+    budget = {k: v for k, v in {"steps": max_steps, "hours": hours, "tokens": max_tokens,
+                                "cost_usd": max_cost}.items() if v is not None}
+    if any(v <= 0 for v in budget.values()):
+        return fail("a new limit must be positive")
+    extend: dict[str, Any] = {**({"budget": budget} if budget else {}),
+                              **({"deadline": _deadline(deadline)} if deadline else {})}
     log = EventLog()
     try:
         state = RunState.load(log, run)
     except KeyError as exc:
         return fail(str(exc.args[0]))
-    if state.ended is not None and state.ended.get("state") != "failed":
-        print(f"run {run} has finished ({state.ended.get('state')}: {state.ended.get('reason')}); "
-              "nothing to resume")
+    ended = state.ended.get("state") if state.ended is not None else None
+    if ended is not None and ended != "failed" and not (ended == "budget" and extend):
+        more = (" (it ended by its budget: name new limits, e.g. --max-steps N, and it continues)"
+                if ended == "budget" else "")
+        print(f"run {run} has finished ({ended}: {state.ended.get('reason') if state.ended else ''}); "
+              f"nothing to resume{more}")
         return 0
+    if extend and state.goal is not None:
+        state.goal = state.goal.extended(extend)
+        spent = state.budget_spent()
+        if spent is not None:
+            return fail(f"run {run}: under the new limits {spent} already ({state.steps_started} steps taken)")
     if is_locked(log.path, run):
         return fail(f"run {run} is running in another process", 1)
     start = state.start
@@ -281,4 +303,4 @@ def resume(run: str, report: str | None, quiet: bool, as_json: bool) -> int:
                          dict(start.get("policy_options") or {}), log)
     spec = server_spec(dict(start.get("server") or {}), run, log.path.parent)
     options = loop_options(dict(start.get("options") or {}))
-    return _execute(log, run, spec, policy, options, args, resume=True)
+    return _execute(log, run, spec, policy, options, args, resume=True, extend=extend or None)

@@ -9,7 +9,7 @@ message, kept verbatim through every compaction. Done is decided from measured n
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 RULES = """\
@@ -51,6 +51,14 @@ class Goal:
         budget = Budget(**{k: v for k, v in (data.get("budget") or {}).items() if k in Budget.__dataclass_fields__})
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "budget"}
         return cls(budget=budget, **fields)
+
+    def extended(self, extend: dict[str, Any]) -> Goal:
+        """This goal under the new limits of a `run.resume` event's `extend` (budget totals, deadline): the values
+        it names replace the run's own; the others stay."""
+        budget = {**asdict(self.budget), **{k: v for k, v in (extend.get("budget") or {}).items()
+                                            if k in Budget.__dataclass_fields__}}
+        deadline = extend["deadline"] if "deadline" in extend else self.deadline
+        return replace(self, budget=Budget(**budget), deadline=deadline)
 
     def met(self, speedup: float | None, median_us: float | None) -> str | None:
         """Why the goal is met by these measured numbers (a sentence), or None when it is not."""

@@ -150,12 +150,17 @@ class Loop:
         events = self.log.events(run_id=self.run_id, kinds=["model.turn", "agent.result"], after_id=after)
         return Transcript.from_events(str(self.state.start["goal"]), events, compaction)
 
-    def mark_resumed(self, reason: str = "resumed") -> Event:
-        """Commit run.resume: a new session of this run (liveness, active time)."""
-        ev = self.log.append("run.resume", {**process_identity(), "reason": reason,
-                                            "dangling": len(self.state.open_calls),
-                                            "steps": self.state.steps_done}, run_id=self.run_id)
+    def mark_resumed(self, reason: str = "resumed", extend: dict[str, Any] | None = None) -> Event:
+        """Commit run.resume: a new session of this run (liveness, active time), under new limits when `extend`
+        names them (client.goal.Goal.extended)."""
+        payload = {**process_identity(), "reason": reason, "dangling": len(self.state.open_calls),
+                   "steps": self.state.steps_done}
+        if extend:
+            payload["extend"] = extend
+        ev = self.log.append("run.resume", payload, run_id=self.run_id)
         self.state.fold(ev)
+        if self.state.goal is not None:
+            self.goal = self.state.goal
         return ev
 
     # -- the loop -----------------------------------------------------------------------------------

@@ -336,6 +336,9 @@ class RunState:
 
     def _run_resume(self, ev: Event) -> None:
         self.ended = None
+        extend = ev.payload.get("extend")
+        if isinstance(extend, dict) and self.goal is not None:
+            self.goal = self.goal.extended(extend)
         self.sessions.append([ev.ts, ev.ts])
         self.hosts.append({"pid": ev.payload.get("pid"), "host": ev.payload.get("host"),
                            "proc_start": ev.payload.get("proc_start")})

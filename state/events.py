@@ -85,8 +85,10 @@ latency_s, stop_reason and the tool calls requested."""
 
 RUN_RESUME = "run.resume"
 """A run continues in a new process after a stop (kill, crash, power loss). pid (int), host (str):
-required, so liveness can be checked; reason (str), dangling (int: calls found without a result):
-optional. Spend is not reset: it is reloaded from the run's events."""
+required, so liveness can be checked; reason (str), dangling (int: calls found without a result), extend
+(object: new limits from `marathon resume`, budget {steps, hours, tokens, cost_usd} as totals and deadline
+(unix time), replacing the run's own from this event on): optional. Spend is not reset: it is reloaded from
+the run's events."""
 
 AGENT_CALL = "agent.call"
 """The bundled client is about to run one tool step, committed before the call is sent. step (int:

@@ -135,7 +135,7 @@ class Stop(Exception):
 
 
 def run_toy(log: EventLog, run_id: str, server: FakeServer, *, steps: int, seed: int = 0, resume: bool = False,
-            stop_after: int | None = None, **options: Any) -> RunEnd | None:
+            stop_after: int | None = None, extend: dict[str, Any] | None = None, **options: Any) -> RunEnd | None:
     """Drive the tuner through the loop against `server`; with stop_after, kill it after that many results."""
     if not resume:
         start_run(log, run_id, Goal(problem="toy", budget=Budget(steps=steps)), policy="tuner")
@@ -150,7 +150,7 @@ def run_toy(log: EventLog, run_id: str, server: FakeServer, *, steps: int, seed:
     async def go() -> RunEnd:
         loop = Loop(log, server, TunerPolicy(seed=seed, log=log, **options), run_id, hook=hook)  # type: ignore[arg-type]
         if resume:
-            loop.mark_resumed()
+            loop.mark_resumed(extend=extend)
         return await loop.run()
 
     try:
@@ -410,3 +410,36 @@ def test_a_resumed_run_searches_the_kernel_it_began_from_when_the_file_has_chang
     assert end is not None and end.state == "budget"
     plain = [cfg for cfg, opts in profiled(log, "r") if opts == "{}"]
     assert len(plain) == len(set(plain)) and len(plain) >= 12
+
+
+def test_a_run_ended_by_its_budget_goes_on_under_a_larger_one(tmp_path: Path) -> None:
+    """The same run, not a new one: its steps go on from where they ended, the search continues (no configuration
+    twice), and the status counts against the new total."""
+    log = EventLog(tmp_path / "marathon.db")
+    end = run_toy(log, "r", FakeServer(TOY, log, "r"), steps=10)
+    assert end is not None and end.state == "budget" and len(calls(log, "r")) == 10
+    end = run_toy(log, "r", FakeServer(TOY, log, "r"), steps=10, resume=True, extend={"budget": {"steps": 18}})
+    assert end is not None and end.state == "budget", end
+    steps = [c["step"] for c in calls(log, "r")]
+    assert steps == list(range(1, 19))
+    plain = [cfg for cfg, opts in profiled(log, "r") if opts == "{}"]
+    assert len(plain) == len(set(plain))
+    status = status_data(log, "r")
+    assert status["steps"] == 18 and status["end_state"] == "budget"
+
+
+def _resume_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MARATHON_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "cli", "resume", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_marathon_resume_says_what_a_finished_run_needs(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "marathon.db")
+    run_toy(log, "r", FakeServer(TOY, log, "r"), steps=6)
+    log.close()
+    plain = _resume_cli(tmp_path, "r")
+    assert plain.returncode == 0 and "nothing to resume" in plain.stdout and "--max-steps N" in plain.stdout
+    spent = _resume_cli(tmp_path, "r", "--max-steps", "6")
+    assert spent.returncode == 2 and "the step budget is spent already (6 steps taken)" in spent.stderr, spent.stderr
+    assert _resume_cli(tmp_path, "r", "--max-steps", "0").returncode == 2
