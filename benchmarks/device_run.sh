@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run GPU checks on a device machine, from the project root, after the wheel preamble.
-# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep kda_sweep mla_probe
+# Usage: benchmarks/device_run.sh STEP... (info gputests starters baselines overhead mla_sweep kda_sweep one_launch mla_probe
 #        kda_parts kda_check tuner)
 # Results go under $RES (default /tmp/res); the caller tars them into $OUT.
 set -uo pipefail
@@ -58,6 +58,15 @@ for step in "$@"; do
         ${KDA_GRID:---grid AKK_BF16=0,1 --grid INV_PRECISION="'input'","'tf32'" --grid NUM_WARPS_PREP=8,16} \
         ${KDA_BASELINE:+--baseline $KDA_BASELINE} --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
         | grep -v '^  \.\.\.' | tail -12 ;;
+    one_launch)
+      # MLA at B = 1: the one-launch design (ONE_LAUNCH, issue 17) against the two-kernel default, cold and warm,
+      # after the GPU tests of the solution (they run its variants); then bench_b64 stays as it is (two kernels).
+      python3 -m pytest -q -m gpu tests/test_solution_mla_decode.py 2>&1 | tail -3
+      for l2 in cold warm; do
+        python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape bench --graph on \
+          --l2 $l2 --grid ONE_LAUNCH=0,1 ${ONE_LAUNCH_GRID:---grid MERGE_H=4,8 --grid MERGE_D=32,64} \
+          --json-out "$RES/sweep_one_launch_$l2.json" 2>&1 | grep -v '^  \.\.\.' | tail -12
+      done ;;
     mla_probe)
       # The MLA split kernel's phases one at a time, warm and as the profile tool times them (BENCHMARKS.md).
       python3 benchmarks/mla_probe.py --shape ${MLA_PROBE_SHAPE:-bench} 2>&1 | tail -14 ;;

@@ -1,7 +1,7 @@
 """Sweep a kernel's launch constants through the project's own compile / profile path.
 
     python benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape bench \
-        --grid BLOCK_H=16,32,64 --grid NUM_WARPS=4,8 [--graph on] [--compile-only] [--json-out F]
+        --grid BLOCK_H=16,32,64 --grid NUM_WARPS=4,8 [--graph on] [--l2 warm] [--compile-only] [--json-out F]
     python benchmarks/sweep.py FILE --problem P --top-from F --top 3 --grid SPLIT_WAVES=0.5,1,2
 
 Every variant is the file with module-level constants rewritten (the tuner's `rewrite`), sent
@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--grid", action="append", default=[], help="NAME=v1,v2,... (repeatable)")
     ap.add_argument("--graph", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--baseline", help="baseline to time against (default: the problem's first available)")
+    ap.add_argument("--l2", choices=["cold", "warm"], default="cold", help="the L2 before each timed rep")
     ap.add_argument("--top-from", help="a JSON of an earlier sweep: cross its --top fastest configs at the (first)"
                                        " shape with --grid")
     ap.add_argument("--top", type=int, default=3)
@@ -90,7 +91,7 @@ def main() -> int:
                 if args.compile_only:
                     r = svc.compile(args.problem, source, shape)
                 else:
-                    r = svc.profile(args.problem, source, shape, graph=graph, baseline=args.baseline)
+                    r = svc.profile(args.problem, source, shape, graph=graph, baseline=args.baseline, l2=args.l2)
                 timing = r.get("timing") or {}
                 row = {"shape": shape, "config": config, "ok": bool(r.get("ok")),
                        "correct": r.get("correct"), "error_class": r.get("error_class"),
