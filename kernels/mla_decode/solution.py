@@ -423,12 +423,13 @@ def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
-def _arrival_counters(device: torch.device, head_groups: int) -> torch.Tensor:
-    """The one-launch kernel's counters (arrivals, departures per batch and head group), zero between launches:
-    made once per device and size, and zeroed again by the kernel's last merger."""
-    key = (str(device), head_groups)
+def _arrival_counters(device: torch.device, groups: int) -> torch.Tensor:
+    """The one-launch kernel's counters (arrivals, departures for each of its `groups` (batch, head group) pairs),
+    zero between launches: made once per device and size, and zeroed again by the kernel's last merger. One stream's
+    launches only: two in flight at once would share them."""
+    key = (str(device), groups)
     if key not in _COUNTERS:
-        _COUNTERS[key] = torch.zeros(2 * head_groups, dtype=torch.int32, device=device)
+        _COUNTERS[key] = torch.zeros(2 * groups, dtype=torch.int32, device=device)
     return _COUNTERS[key]
 
 
@@ -500,14 +501,15 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
             q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), out.stride(0), out.stride(1))
     consts = dict(D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
                   num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    if ONE_LAUNCH and not direct and not _takes_gluon(q, kv, tokens_per_split) and grid[0] * grid[1] <= num_sms:
+    gluon = _takes_gluon(q, kv, tokens_per_split)
+    if ONE_LAUNCH and not direct and not gluon and grid[0] * grid[1] <= num_sms:
         merge_h, merge_d = merge_plan(num_splits, q.device.type == "cuda")
         mla_split_merge_kernel[grid](*args[:5], _arrival_counters(q.device, grid[1]), *args[5:],
                                      D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N,
                                      MERGE_H=merge_h, MERGE_D=merge_d, BLOCK_S=triton.next_power_of_2(num_splits),
                                      num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         return out
-    if _takes_gluon(q, kv, tokens_per_split):
+    if gluon:
         mla_split_gluon_kernel[grid](
             *_gluon_descriptors(q, kv), part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,
             out.stride(0), out.stride(1), D_LATENT=D_LATENT, STAGES=GLUON_STAGES, DIRECT_OUT=direct, num_warps=8,
