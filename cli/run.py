@@ -27,6 +27,11 @@ POLICY_ENV = "MARATHON_POLICY"
 MODEL_ENV = "MARATHON_MODEL"
 
 
+# The option of `marathon resume` that raises each limit of RunState.budget_left.
+_LIMIT_OPTIONS = {"steps": "--max-steps", "hours": "--hours", "tokens": "--max-tokens", "cost_usd": "--max-cost",
+                  "deadline_s": "--deadline"}
+
+
 def _deadline(text: str | None) -> float | None:
     """An ISO date-time in UTC ("2026-12-02T06:00") or "+H" hours from now."""
     if not text:
@@ -295,7 +300,10 @@ def resume(run: str, max_steps: int | None, hours: float | None, max_tokens: int
         state.goal = state.goal.extended(extend)
         spent = state.budget_spent()
         if spent is not None:
-            return fail(f"run {run}: under the new limits {spent} already ({state.steps_started} steps taken)")
+            options = [_LIMIT_OPTIONS[name] for name, left in state.budget_left().items()
+                       if left is not None and left <= 0]
+            hint = f": raise it too ({', '.join(options)})" if options else ""
+            return fail(f"run {run}: under the new limits {spent} already ({state.steps_started} steps taken){hint}")
     if is_locked(log.path, run):
         return fail(f"run {run} is running in another process", 1)
     start = state.start

@@ -321,7 +321,8 @@ class RunState:
             return
         self.last_event_id = ev.id
         self.last_ts = ev.ts
-        if self.sessions:
+        # A resume opens a session of its own: its time must not stretch the previous session over the gap.
+        if self.sessions and ev.kind != "run.resume":
             self.sessions[-1][1] = max(self.sessions[-1][1], ev.ts)
         handler = _OWN.get(ev.kind)
         if handler is not None:

@@ -441,5 +441,6 @@ def test_marathon_resume_says_what_a_finished_run_needs(tmp_path: Path) -> None:
     plain = _resume_cli(tmp_path, "r")
     assert plain.returncode == 0 and "nothing to resume" in plain.stdout and "--max-steps N" in plain.stdout
     spent = _resume_cli(tmp_path, "r", "--max-steps", "6")
-    assert spent.returncode == 2 and "the step budget is spent already (6 steps taken)" in spent.stderr, spent.stderr
+    assert spent.returncode == 2, spent.stderr
+    assert "the step budget is spent already (6 steps taken): raise it too (--max-steps)" in spent.stderr, spent.stderr
     assert _resume_cli(tmp_path, "r", "--max-steps", "0").returncode == 2
