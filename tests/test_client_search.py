@@ -82,6 +82,8 @@ KDA_SOLUTION_INVALID = [
     {"USE_GLUON_SCAN": 1, "BV": 64},  # the Triton scan's knobs where the Gluon scan runs
     {"PREP_GLUON": 1, "GATE_APART": 0},  # the Gluon prep forms the gate itself
     {"PREP_GLUON": 1, "GATE_APART": 1, "GATE_BK": 32},  # the gate kernel's knobs where it does not run
+    # 512 threads x 168 registers > 65,536: OutOfResources on the H200 (tuner run kda-tune-h200, trial 8)
+    {"PREP_GLUON": 0, "NUM_WARPS_PREP": 16, "MAXNREG_PREP_FULL": 168},
 ]
 KDA_SOLUTION_VALID = [
     {"USE_GLUON_SCAN": 0, "BV": 64, "NUM_STAGES": 3},  # 212992 bytes
@@ -89,7 +91,8 @@ KDA_SOLUTION_VALID = [
     {"GLUON_SCAN_BV": 64, "GLUON_SCAN_STAGES": 3},  # 229400
     {"GLUON_SCAN_BV": 128, "GLUON_SCAN_STAGES": 2},  # 213008
     {"AKK_BF16": 0, "INV_PRECISION": "tf32x3"},
-    {"PREP_GLUON": 0, "GATE_APART": 0, "NUM_WARPS_PREP": 16, "MAXNREG_PREP_FULL": 168},  # the Triton prep's knobs
+    {"PREP_GLUON": 0, "GATE_APART": 0, "NUM_WARPS_PREP": 16, "MAXNREG_PREP_FULL": 128},  # the Triton prep's knobs
+    {"PREP_GLUON": 0, "GATE_APART": 0, "NUM_WARPS_PREP": 8, "MAXNREG_PREP_FULL": 168},
     {"PREP_GLUON": 0, "GATE_APART": 1, "GATE_BK": 32, "NUM_WARPS_GATE": 8},  # the gate kernel's
 ]
 

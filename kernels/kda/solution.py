@@ -153,6 +153,8 @@ TUNE_CONSTRAINTS = {
         "USE_GLUON_SCAN == 1 or (GLUON_SCAN_BV is None and GLUON_SCAN_STAGES is None)",
     "the Triton scan's knobs change only the check shapes where the Gluon scan runs (Hopper, bf16: every bench shape)":
         "USE_GLUON_SCAN == 0 or (BV == 32 and NUM_WARPS == 4 and NUM_STAGES == 3)",
+    "a block's registers fit the SM's 65,536 (16 prep warps under a 168-register cap cannot launch)":
+        "MAXNREG_PREP_FULL is None or NUM_WARPS_PREP * 32 * MAXNREG_PREP_FULL <= 65536",
     "the Triton scan's NUM_STAGES chunks fit sm_90's 227 KB of shared memory a block":
         "NUM_STAGES * 128 * (448 + BV) + 256 * BV <= 232448",
     "the Gluon scan's stages fit sm_90's 227 KB of shared memory a block (128 value columns where chosen itself)":
