@@ -32,7 +32,6 @@ import tracemalloc
 from pathlib import Path
 from typing import Any, ClassVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import anyio

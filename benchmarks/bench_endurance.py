@@ -62,11 +62,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from state import keys
 
-from state import keys  # noqa: E402  (after the path set-up above)
+ROOT = Path(__file__).resolve().parent.parent
 
 RUN_ID = "endurance"
 POLICY = "endurance"

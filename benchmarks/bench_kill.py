@@ -493,7 +493,6 @@ class Bench:
         leftover = related_processes(self.home, {proc.pid})
         self.survivors.add(leftover, -1, time.monotonic())
         # The log opens for writing too (migrations, WAL, views) the way every process opens it.
-        sys.path.insert(0, str(ROOT))
         from state import EventLog
 
         with EventLog(self.db) as log:

@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from kernels import starter_path
 from server.service import Service
 

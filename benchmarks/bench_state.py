@@ -26,8 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from state import EventLog, intent_key
 
 PROBLEMS = ("softmax", "mla_decode", "kda")

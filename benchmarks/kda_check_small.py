@@ -10,13 +10,11 @@ For a fault that only shows at one shape and launch configuration (run it under 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kda_parts import load_solution  # the sibling script: run as a script, this folder is on sys.path
 
-from benchmarks.kda_parts import load_solution  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

@@ -13,13 +13,11 @@ import argparse
 import ast
 import collections
 import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def load_solution(path: Path, settings: list[str]) -> Any:

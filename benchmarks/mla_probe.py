@@ -16,14 +16,12 @@ kernel alone on phase 5's partials.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import triton
 import triton.language as tl
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 @triton.jit

@@ -16,12 +16,9 @@ import argparse
 import ast
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from client.tuner import module_constants, rewrite
 from server.service import Service

@@ -41,15 +41,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("FLA_FLASH_KDA", "0")  # FLA's own Triton chunk_kda, not the CUTLASS FlashKDA
 
-import torch  # noqa: E402
+import torch
 
-from kernels import get_problem  # noqa: E402
-from kernels.spec import Problem, Tolerance, as_outputs, compare  # noqa: E402
+from kernels import get_problem
+from kernels.spec import Problem, Tolerance, as_outputs, compare
+
+ROOT = Path(__file__).resolve().parent.parent
 
 Call = tuple[str, str, Callable[..., Any], tuple[Any, ...]]  # (row name, kind, function, its arguments)
 

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from cli.group import Command
-from cli.output import emit, fail, json_option
+from cli.output import fail, json_option
+from cli.pretty import log_view, show
 
 
 def _human(items: list[dict[str, Any]]) -> str:
@@ -37,7 +38,7 @@ def log(run: str | None, kind: tuple[str, ...], limit: int, as_json: bool) -> in
     with EventLog() as events_log:
         events = events_log.events(run_id=run, kinds=list(kind) or None, limit=limit, newest_first=True)
         data = [e.as_dict() for e in events]
-    emit(data, as_json, _human)
+    show(data, as_json, _human, log_view)
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from cli.group import Command
-from cli.output import emit, json_option
+from cli.output import json_option
+from cli.pretty import problems_view, show
 from server import summaries
 
 
@@ -14,5 +15,5 @@ from server import summaries
 def problems(as_json: bool) -> int:
     from kernels import list_problems  # the suite imports torch
 
-    emit([p.describe() for p in list_problems()], as_json, summaries.problems_text)
+    show([p.describe() for p in list_problems()], as_json, summaries.problems_text, problems_view)
     return 0

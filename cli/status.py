@@ -1,7 +1,7 @@
 """`marathon status`: the state of a run, read back from the event log.
 
-The text is client.run_status.format_status and the JSON client.run_status.status_data (a public
-schema: run_id, state, steps, best, log_best, ...).
+The text is client.run_status.format_status (drawn by cli.pretty.status_view on a terminal) and the
+JSON client.run_status.status_data (a public schema: run_id, state, steps, best, log_best, ...).
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 
 from cli.group import Command
-from cli.output import emit, fail, json_option
+from cli.output import fail, json_option
+from cli.pretty import show, status_view
 
 
 @click.command("status", cls=Command, epilog="RUN: the run id (default: the newest run)")
@@ -28,5 +29,5 @@ def status(run: str | None, as_json: bool) -> int:
             data = status_data(log, run_id)
         except KeyError as exc:
             return fail(str(exc.args[0]))
-    emit(data, as_json, format_status)
+    show(data, as_json, format_status, status_view)
     return 0
