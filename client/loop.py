@@ -4,15 +4,9 @@ Every effect is preceded by its record. A model turn is committed (model.turn) b
 tool calls runs; each call is committed (agent.call) before it is sent and its result (agent.result)
 before the loop looks at it; a compaction is committed before the conversation changes. So after
 kill -9, power loss or a server crash, `resume` folds the log back into the same state and finds
-at most the calls that were in flight. Each is settled by what the log shows and what the tool is:
-- the server logged its result (the server's tool.intent key contains the call_id sent in _meta):
-  the result is read back, nothing runs twice;
-- otherwise a tool safe to repeat (read-only or idempotent by the server's annotations: compile,
-  profile, baseline, the log queries) is sent again with the same call_id;
-- otherwise (note): a note the server wrote is read back by its intent; one the server never received (no
-  intent in the log it shares) is sent; else the call is closed with an explicit "interrupted" result.
-Calls of the newest turn that never started are then run, and the loop goes on. Spend is folded
-from the log, never reset.
+at most the calls that were in flight; client.recovery settles each from what the log shows and what
+the tool is (read back, sent again, or closed as interrupted). Calls of the newest turn that never
+started are then run, and the loop goes on. Spend is folded from the log, never reset.
 
 Stops: the goal met (from measured numbers in the log), a budget spent (steps, active hours, tokens,
 cost, deadline), or the policy done. Ctrl-C and kills leave the run resumable (no run.end).
@@ -41,23 +35,15 @@ from client.goal import SYSTEM, Goal, goal_text
 from client.mcp_link import READ_RESOURCE, CallTimeout, Link, LinkDown, ToolAnswer
 from client.pinned import best_line, budget_line, pinned_dict, pinned_text
 from client.policy import Message, Policy, ProviderError, Turn, TurnContext
-from client.result_text import (
-    TEXT_CHARS,
-    interrupted_text,
-    recovered_text,
-    repeat_text,
-    short_outcome,
-    trim_structured,
-)
-from client.run_projection import RunState, attempt_from_result, fmt_us
+from client.recovery import Recovery
+from client.result_text import call_result, repeat_text, short_outcome
+from client.run_projection import RunState, fmt_us
 from client.run_status import process_identity
 from client.transcript import Transcript, estimate_tokens
 from state import Event, EventLog, canonical_json, intent_key, keys
 
 log = logging.getLogger("marathon.client")
 
-# Tools whose results the server logs in full, so a result that landed can be read back on resume.
-RECOVERABLE = frozenset({"compile", "profile", "hotspots", "baseline", "note"})
 # Safe to send again when the server's annotations are not known (the server marks these itself).
 SAFE_BY_NAME = frozenset({"list_problems", "attempts", "best", "attempt", "compile", "profile", "hotspots",
                           "baseline", READ_RESOURCE.name})
@@ -123,6 +109,7 @@ class Loop:
         self.progress = progress
         self.hook = hook or (lambda point: None)
         self.state = RunState.load(log, run_id)
+        self.recovery = Recovery(log, run_id)
         if self.state.goal is None:
             raise KeyError(f"run {run_id!r} has no goal")
         self.goal: Goal = self.state.goal
@@ -139,7 +126,6 @@ class Loop:
         self._set_tools()
         self._turn_texts: dict[int, str] = {}
         self._latency = 0.0
-        self._shared = False
         self._asked_tokens = 0
 
     # -- setup --------------------------------------------------------------------------------------
@@ -357,137 +343,33 @@ class Loop:
                     raise
                 await self.link.ensure()  # a new connection: a spawned server is a new process by now
                 self._set_tools()
-                settled = self._settle_from_log(p, call_ev.id)
+                settled = self.recovery.after_link_down(call_ev, safe=self._safe(tool), why=str(exc))
                 if settled is not None:
                     self.timings["tools_s"] += time.perf_counter() - started
                     return settled
-                if not self._safe(tool) and not self._never_reached(p, call_ev.id):
-                    self.timings["tools_s"] += time.perf_counter() - started
-                    self._close_server_intent(p, call_ev.id)
-                    return {"ok": False, "status": "interrupted", "text": interrupted_text(tool) +
-                            f" (the connection broke: {exc})"}
                 self._say(f"step {step}: the connection broke ({exc}); reconnected, sending {tool} again")
         self.timings["tools_s"] += time.perf_counter() - started
         if status == "ok" and not answer.ok:
             status = "tool_error"
-        return self._result(p, answer, status, rerun=rerun)
-
-    def _result(self, call: dict[str, Any], answer: ToolAnswer, status: str, rerun: bool = False,
-                ) -> dict[str, Any]:
-        tool, args = call["tool"], call.get("args") or {}
-        structured = trim_structured(answer.structured)
-        out: dict[str, Any] = {"ok": answer.ok, "status": status, "text": answer.text[:TEXT_CHARS]}
-        if structured is not None:
-            out["structured"] = structured
-        if rerun:
-            out["rerun"] = True
-        rec = attempt_from_result(tool, args, answer.structured, ts=time.time(), step=int(call["step"]),
-                                  fp=call.get("fingerprint"))
-        if rec is not None:
-            out["attempt"] = rec.as_dict()
-        return out
+        return call_result(p, answer, status, rerun=rerun)
 
     def _safe(self, tool: str) -> bool:
         if self.link.annotations:
             return self.link.is_safe_to_repeat(tool)
         return tool in SAFE_BY_NAME
 
-    # -- recovery -----------------------------------------------------------------------------------
-
-    def _server_call(self, call: dict[str, Any], after_id: int) -> tuple[Event | None, Event | None]:
-        """The server's tool.intent for this call (by the call_id in its key) and its tool.result."""
-        prefix = keys.intent_prefix(self.run_id, call["call_id"])
-        for ev in self.log.events(run_id=self.run_id, kinds=["tool.intent"], after_id=after_id):
-            if ev.key and ev.key.startswith(prefix):
-                return ev, self.log.by_key(keys.tool_result(ev.id))
-        return None, None
-
-    def _log_shared(self) -> bool:
-        """Whether the server writes to this client's log (stdio and in-process servers on one home do)."""
-        if not self._shared:
-            self._shared = bool(self.log.events(run_id=self.run_id, kinds=["tool.intent"], limit=1))
-        return self._shared
-
-    def _never_reached(self, call: dict[str, Any], call_event_id: int) -> bool:
-        """True when the log proves the server never started this call: it shares the log, and it has no
-        intent for the call_id. Asked after the connection was rebuilt, when the server that might
-        have been running the call is gone, so the answer cannot change under us."""
-        intent, _ = self._server_call(call, call_event_id)
-        return intent is None and self._log_shared()
-
-    def _close_server_intent(self, call: dict[str, Any], call_event_id: int) -> None:
-        intent, result = self._server_call(call, call_event_id)
-        if intent is not None and result is None:
-            self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": False, "result": None,
-                                            "error": "interrupted: the client stopped waiting for this call"},
-                            run_id=self.run_id, key=keys.tool_result(intent.id))
-
-    def _settle_from_log(self, call: dict[str, Any], call_event_id: int) -> dict[str, Any] | None:
-        """The result of a call the server finished (its tool.result is in the shared log), else None."""
-        tool = call["tool"]
-        if tool not in RECOVERABLE:
-            return None
-        intent, result = self._server_call(call, call_event_id)
-        if intent is None:
-            return None
-        if result is None:
-            return self._settle_from_note(call, intent) if tool == "note" else self._settle_from_attempt(call, intent)
-        body = result.payload.get("result")
-        structured = dict(body) if isinstance(body, dict) else None
-        if tool == "note" and isinstance(body, dict) and body.get("note_id") is not None:
-            structured = {"id": body["note_id"]}
-        answer = ToolAnswer(bool(result.payload.get("ok")), recovered_text(tool, result.payload), structured)
-        return self._result(call, answer, "recovered")
-
-    def _settle_from_attempt(self, call: dict[str, Any], intent: Event) -> dict[str, Any] | None:
-        """A compile/profile whose verdict the server logged (its attempt event) but not its result: the
-        candidate was judged, so it is not judged again; the server's intent is closed with it."""
-        if call["tool"] not in ("compile", "profile"):
-            return None
-        found = [e for e in self.log.events(run_id=self.run_id, kinds=["attempt"], after_id=intent.id, limit=50)
-                 if e.payload.get("intent_id") == intent.id]
-        if not found:
-            return None
-        att = found[0]
-        structured = attempt_report(att)
-        self.log.append("tool.result", {"tool": call["tool"], "intent_id": intent.id, "ok": bool(structured["ok"]),
-                                        "result": structured, "error": att.payload.get("error")},
-                        run_id=self.run_id, key=keys.tool_result(intent.id))
-        text = recovered_text(call["tool"], {"result": structured})
-        return self._result(call, ToolAnswer(bool(structured["ok"]) and att.payload.get("outcome") in
-                                             ("correct", "compiled"), text, structured), "recovered")
-
-    def _settle_from_note(self, call: dict[str, Any], intent: Event) -> dict[str, Any] | None:
-        """A note the server wrote (it keeps its intent's id) but whose result it did not log: the note
-        exists, so it is read back, not written twice; the server's intent is closed with it."""
-        found = [e for e in self.log.events(run_id=self.run_id, kinds=["note"], after_id=intent.id, limit=50)
-                 if e.payload.get("intent_id") == intent.id]
-        if not found:
-            return None
-        note_id = found[0].id
-        self.log.append("tool.result", {"tool": "note", "intent_id": intent.id, "ok": True,
-                                        "result": {"note_id": note_id}, "error": None},
-                        run_id=self.run_id, key=keys.tool_result(intent.id))
-        return self._result(call, ToolAnswer(True, f"noted (#{note_id}), recovered from the log",
-                                             {"id": note_id}), "recovered")
+    # -- resuming -----------------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Settle the calls a stopped process left open, then run the newest turn's unstarted calls."""
+        """Settle the calls a stopped process left open (as client.recovery decides), then run the newest
+        turn's unstarted calls."""
         for step in sorted(self.state.open_calls):
             call_ev = self.state.open_calls[step]
-            call = call_ev.payload
-            settled = self._settle_from_log(call, call_ev.id)
-            if settled is None and self._safe(call["tool"]):
-                self._say(f"step {step}: {call['tool']} was in flight when the run stopped; sending it again")
+            resolution = self.recovery.resolve(call_ev, safe=self._safe(call_ev.payload["tool"]))
+            settled = resolution.result
+            if settled is None:
+                self._say(f"step {step}: {resolution.send}")
                 settled = await self._execute(call_ev, rerun=True)
-            elif settled is None and self._never_reached(call, call_ev.id):
-                # The log the server shares has no intent for it: the server never started it, so sending it
-                # now is its first run, not a repeat (a server that had received it logged its intent first).
-                self._say(f"step {step}: {call['tool']} never reached the server before the run stopped; sending it")
-                settled = await self._execute(call_ev, rerun=True)
-            elif settled is None:
-                self._close_server_intent(call, call_ev.id)  # the server's own record of the call, too
-                settled = {"ok": False, "status": "interrupted", "text": interrupted_text(call["tool"])}
             await self._finish(call_ev, settled)
         turn = self.state.last_turn
         if turn is not None:
@@ -585,27 +467,6 @@ class Loop:
         if self.progress is not None:
             self.progress(text)
         log.info("%s", text)
-
-
-def attempt_report(att: Event) -> dict[str, Any]:
-    """A tool result rebuilt from an attempt event (the numbers the server logged for the candidate)."""
-    a = att.payload
-    outcome = a.get("outcome")
-    report: dict[str, Any] = {
-        "problem": a.get("problem"), "shape": a.get("shape"), "ok": outcome in ("correct", "compiled", "incorrect"),
-        "correct": outcome == "correct", "error_class": a.get("error_class"), "error": a.get("error"),
-        "max_rel_err": a.get("max_rel_err"), "speedup": a.get("speedup"), "device": {"name": a.get("device")},
-        "attempt_id": att.id, "source_sha": a.get("source_sha"), "recovered_from_attempt": True,
-        "verified": a.get("verified") is True, "verification": a.get("verification")}
-    if a.get("median_us") is not None:
-        report["timing"] = {"median_us": a["median_us"], "spread_pct": a.get("spread_pct"),
-                            "mode": a.get("timing_mode")}
-    if a.get("baseline"):
-        report["baseline"] = {"name": a["baseline"], "median_us": a.get("baseline_us")}
-    if a.get("tool") == "compile":
-        report["ok"] = outcome == "compiled"
-        report["kernels"] = a.get("kernels") or []
-    return report
 
 
 def _left(state: RunState) -> str:

@@ -11,8 +11,10 @@ resume), and a call that was in flight when the run stopped and is not safe to r
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from client.mcp_link import ToolAnswer
 from client.run_projection import AttemptRec, attempt_from_result, fmt_us
 
 TEXT_CHARS = 50_000  # the longest result text the log keeps (the transcript shows less)
@@ -31,6 +33,23 @@ def trim_structured(structured: dict[str, Any] | None) -> dict[str, Any] | None:
         out["trials"] = out["trials"][:4]
         out["trials_cut"] = True
     return out  # a `best` result keeps its source: the run state reads the best kernel from it
+
+
+def call_result(call: dict[str, Any], answer: ToolAnswer, status: str, rerun: bool = False) -> dict[str, Any]:
+    """What the log keeps of a call's answer (its agent.result, less the step, call_id and tool): ok, status,
+    the text (cut to TEXT_CHARS), the structured content less the bulk, and the attempt it made, if any."""
+    tool, args = call["tool"], call.get("args") or {}
+    structured = trim_structured(answer.structured)
+    out: dict[str, Any] = {"ok": answer.ok, "status": status, "text": answer.text[:TEXT_CHARS]}
+    if structured is not None:
+        out["structured"] = structured
+    if rerun:
+        out["rerun"] = True
+    rec = attempt_from_result(tool, args, answer.structured, ts=time.time(), step=int(call["step"]),
+                              fp=call.get("fingerprint"))
+    if rec is not None:
+        out["attempt"] = rec.as_dict()
+    return out
 
 
 def repeat_text(rec: AttemptRec, run_id: str) -> str:

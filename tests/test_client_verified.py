@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from client.goal import Budget, Goal
-from client.loop import attempt_report, start_run
+from client.loop import start_run
 from client.pinned import pinned_dict, pinned_text
+from client.recovery import attempt_report
 from client.run_projection import AttemptRec, RunState, attempt_from_result
 from client.run_status import status_data
 from state import Event, EventLog

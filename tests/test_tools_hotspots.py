@@ -1,4 +1,5 @@
-"""Stall samples per source line (tools/hotspots.py): ncu's source page joined with nvdisasm's line table.
+"""Stall samples per source line (tools/hotspots.py): ncu's source page (tools/ncu_source_page.py) joined with
+nvdisasm's line table (tools/sass_lines.py).
 
 The recorded run under tests/fixtures/hotspots/softmax is `marathon hotspots kernels/softmax/starter.py
 --problem softmax --shape bench --save DIR` on an H200: ncu's source page, the cubin that ran and the
@@ -18,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from tools.hotspots import CANDIDATE_NAME, disassemble, hotspots, line_table, parse_source_page
+from tools.hotspots import CANDIDATE_NAME, hotspots
 from tools.ncu import find_ncu
+from tools.ncu_source_page import parse_source_page
+from tools.sass_lines import disassemble, line_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "hotspots" / "softmax"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.candidate import describe_exception, gluon_jit_class, jit_functions, load_candidate
-from tools.hotspots import disassemble, instruction_mix
+from tools.sass_lines import disassemble, instruction_mix
 from tools.triton_bin import nvidia_binary
 
 TARGET_ARCH = 90

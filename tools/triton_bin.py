@@ -1,7 +1,7 @@
 """The CUDA binary utilities that ship inside Triton (cuobjdump, nvdisasm): read a cubin with no CUDA toolkit.
 
 Both the ahead-of-time compile (tools.aot: resources, SASS) and the line tables of the hotspots
-(tools.hotspots: nvdisasm) run them; the lookup lives here so that neither has to import the other for it.
+(tools.sass_lines: nvdisasm) run them; the lookup lives here so that neither has to import the other for it.
 """
 
 from __future__ import annotations
