@@ -41,7 +41,7 @@ def main() -> int:
         rows = []
         for i in range(args.repeats + 1):  # the first call also measures the GPU's ceilings once
             t = time.perf_counter()
-            r = svc.profile(args.problem, source, args.shape, graph=graph)
+            r = svc.profile(args.problem, source, args.shape, graph=graph).as_dict()
             wall = time.perf_counter() - t
             if not r.get("correct"):
                 print(json.dumps(r, indent=1, default=str)[:3000])

@@ -86,9 +86,10 @@ def main() -> int:
                 source = rewrite(base, config)
                 t0 = time.perf_counter()
                 if args.compile_only:
-                    r = svc.compile(args.problem, source, shape)
+                    r = svc.compile(args.problem, source, shape).as_dict()
                 else:
-                    r = svc.profile(args.problem, source, shape, graph=graph, baseline=args.baseline, l2=args.l2)
+                    r = svc.profile(args.problem, source, shape, graph=graph, baseline=args.baseline,
+                                    l2=args.l2).as_dict()
                 timing = r.get("timing") or {}
                 row = {"shape": shape, "config": config, "ok": bool(r.get("ok")),
                        "correct": r.get("correct"), "error_class": r.get("error_class"),

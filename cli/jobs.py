@@ -95,7 +95,7 @@ def compile_(file: str, problem: str, shape: str, asm: bool, timeout: float | No
         report = svc.compile(problem, source, shape, want_asm=asm, want_lines=lines, client=dict(CLIENT),
                              timeout=timeout, progress=_progress(as_json))
     emit_result(report, models.CompileResult, as_json, summaries.compile_text)
-    return 0 if report["ok"] else 1
+    return 0 if report.ok else 1
 
 
 @click.command("profile", cls=Command, epilog=CANDIDATE)
@@ -121,7 +121,7 @@ def profile(file: str, problem: str, shape: str, graph: str, baseline: str | Non
                              graph={"auto": None, "on": True, "off": False}[graph], baseline=baseline,
                              timeout=timeout, ncu=ncu, l2=l2)
     emit_result(report, models.ProfileResult, as_json, summaries.profile_text)
-    return 0 if report.get("ok") else 1
+    return 0 if report.ok else 1
 
 
 @click.command("baseline", cls=Command)
@@ -133,7 +133,7 @@ def baseline(problem: str, shape: str, refresh: bool, as_json: bool) -> int:
     with service() as svc:
         report = svc.baseline(problem, shape, refresh=refresh, client=dict(CLIENT), progress=_progress(as_json))
     emit_result(report, models.BaselineResult, as_json, summaries.baseline_text)
-    return 0 if report.get("ok") else 1
+    return 0 if report.ok else 1
 
 
 @click.command("hotspots", cls=Command, epilog=CANDIDATE)
@@ -150,4 +150,4 @@ def hotspots(file: str, problem: str, shape: str, top: int, save: Path | None, a
         report = svc.hotspots(problem, source, shape, top=top, save_dir=save, client=dict(CLIENT),
                               progress=_progress(as_json))
     emit_result(report, models.HotspotsResult, as_json, summaries.hotspots_text)
-    return 0 if report.get("ok") else 1
+    return 0 if report.ok else 1

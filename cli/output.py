@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from server.models import Report
 
 
 def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
@@ -23,16 +26,17 @@ def emit(data: Any, as_json: bool, human: Callable[[Any], str]) -> None:
         print(human(data))
 
 
-def emit_result(report: dict[str, Any], result: Any, as_json: bool, human: Callable[[Any], str]) -> None:
+def emit_result(report: Report, result: type[Report], as_json: bool, human: Callable[[dict[str, Any]], str]) -> None:
     """A job's report: with --json, as the MCP tool's structured result of the same call (the schema `result`,
     a server.models class, publishes), plus the private keys the MCP answer leaves out (our tracebacks)."""
+    fields = report.as_dict()
     if not as_json:
-        print(human(report))
+        print(human(fields))
         return
     from server.models import PRIVATE_KEYS, published
 
     out = published(result, report).model_dump(mode="json", by_alias=True)
-    out.update({k: report[k] for k in PRIVATE_KEYS if k in report})
+    out.update({k: fields[k] for k in PRIVATE_KEYS if k in fields})
     print(json.dumps(out, indent=2, default=str))
 
 

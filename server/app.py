@@ -30,7 +30,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -50,6 +50,7 @@ SERVER_NAME = "kernel-marathon"
 DEFAULT_HEARTBEAT_S = float(os.environ.get("MARATHON_HEARTBEAT_S", "5"))
 # error_class values that mean the server, not the candidate, failed.
 INTERNAL_CLASSES = frozenset({"worker_error", "internal_error"})
+R = TypeVar("R", bound=models.Report)
 OUTCOME = Literal["correct", "incorrect", "compile_error", "rejected", "timeout", "crashed", "error", "compiled"]
 
 INSTRUCTIONS = """\
@@ -100,10 +101,10 @@ def _failed(summary: str, model: BaseModel, report: dict[str, Any]) -> CallToolR
                           structured_content=model.model_dump(mode="json", by_alias=True), is_error=True)
 
 
-def _job_reply(report: dict[str, Any], model_type: type[BaseModel], summary: str, ok: bool) -> CallToolResult:
-    """A job tool's answer: the text summary and the schema'd report; an error result unless `ok`."""
+def _job_reply(report: models.Report, model_type: type[models.Report], summary: str, ok: bool) -> CallToolResult:
+    """A job tool's answer: the text summary and the typed report, published; an error result unless `ok`."""
     model = models.published(model_type, report)
-    return _ok(summary, model) if ok else _failed(summary, model, report)
+    return _ok(summary, model) if ok else _failed(summary, model, report.as_dict())
 
 
 @contextlib.contextmanager
@@ -167,9 +168,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             tool, args, fn, run_id=c.run_id, client=c.client(), call_id=c.call_id, summary=summary,
             pass_intent=pass_intent))
 
-    async def job(ctx: Context, tool: str, call: Callable[[Caller, Progress, threading.Event], dict[str, Any]],
-                  model: type[BaseModel], summary: Callable[[dict[str, Any]], str], *, stoppable: bool = True,
-                  succeeded: Callable[[dict[str, Any]], bool] = lambda r: bool(r.get("ok"))) -> CallToolResult:
+    async def job(ctx: Context, tool: str, call: Callable[[Caller, Progress, threading.Event], R],
+                  model: type[R], summary: Callable[[dict[str, Any]], str], *, stoppable: bool = True,
+                  succeeded: Callable[[R], bool] = lambda r: r.ok) -> CallToolResult:
         """What every job tool does around its service call: the caller's run and call ids, the call in a thread
         with progress notifications and cancellation (a job that cannot be stopped once started finishes, and is
         logged, on its own), a fault of the harness as a retryable internal error, and the reply: the summary and
@@ -178,8 +179,8 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             c = who(ctx)
             report = await run_blocking(ctx, tool, lambda progress, cancel: call(c, progress, cancel), beat,
                                         **({} if stoppable else {"cancel_grace_s": 0}))
-            _internal(tool, report)
-            return _job_reply(report, model, summary(report), succeeded(report))
+            _internal(tool, report.as_dict())
+            return _job_reply(report, model, summary(report.as_dict()), succeeded(report))
 
     async def notes_for(problem: str | None, shape: str | None) -> list[dict[str, Any]]:
         notes = await anyio.to_thread.run_sync(lambda: service.notes(problem=problem, limit=20))
@@ -243,7 +244,7 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         return await job(ctx, "profile", lambda c, progress, cancel: service.profile(
             problem, source, shape, run_id=c.run_id, client=c.client(), call_id=c.call_id, progress=progress,
             cancel=cancel, graph=graph, baseline=baseline, timeout=timeout_s, ncu=ncu, l2=l2),
-            models.ProfileResult, summaries.profile_text, succeeded=lambda r: bool(r.get("ok") and r.get("correct")))
+            models.ProfileResult, summaries.profile_text, succeeded=lambda r: bool(r.ok and r.correct))
 
     @app.tool(title="Time the baselines", annotations=RUNS_JOB)
     async def baseline(
@@ -253,14 +254,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
         """Time each of the problem's baselines (eager and as a CUDA graph) at `shape`, after checking
         it against the reference. Measured once per GPU, driver and library versions, then answered
         from the event log (cached=true) unless refresh is set."""
-        def call(c: Caller, progress: Progress, cancel: threading.Event) -> dict[str, Any]:
-            report = service.baseline(problem, shape, refresh=refresh, run_id=c.run_id, client=c.client(),
-                                      call_id=c.call_id, progress=progress, cancel=cancel)
-            report.setdefault("problem", problem)  # a job the pool had to stop reports only its fault
-            report.setdefault("shape", shape or "bench")
-            return report
-
-        return await job(ctx, "baseline", call, models.BaselineResult, summaries.baseline_text)
+        return await job(ctx, "baseline", lambda c, progress, cancel: service.baseline(
+            problem, shape, refresh=refresh, run_id=c.run_id, client=c.client(), call_id=c.call_id,
+            progress=progress, cancel=cancel), models.BaselineResult, summaries.baseline_text)
 
     @app.tool(title="Where a candidate's kernels stall, by source line", annotations=RUNS_JOB)
     async def hotspots(

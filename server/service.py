@@ -14,12 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kernels import get_problem, list_problems, solution_path, starter_path
 from state import EventLog, intent_key, keys, state_dir
 from state.events import outcome_for
 from tools import guard
 from tools.compiler import compile_candidate
 from tools.pool import WorkerPool
+from tools.reports import BaselineResult, CompileMessage, CompileResult, HotspotsResult, ProfileResult, Timing, received
 from tools.timing import L2_REGIMES
 
 Progress = Callable[[dict[str, Any]], None]
@@ -119,31 +122,34 @@ class Service:
         self.log.append("tool.result", {"tool": tool, "intent_id": intent.id, "ok": ok, "result": result,
                                         "error": error}, run_id=run_id, key=keys.tool_result(intent.id))
 
-    def _attempt(self, tool: str, report: dict[str, Any], sha: str, run_id: str | None,
+    def _attempt(self, tool: str, report: CompileResult | ProfileResult, sha: str, run_id: str | None,
                  intent_id: int) -> int:
-        cls = report.get("error_class")
-        outcome = outcome_for(tool, bool(report.get("ok")), cls)
-        timing = report.get("timing") or {}
-        device = report.get("device")
+        cls = report.error_class
+        outcome = outcome_for(tool, bool(report.ok), cls)
+        # A compile report has none of a profile's fields: it reads as a profile with none set.
+        profile = report if isinstance(report, ProfileResult) else ProfileResult.model_validate(
+            {"problem": report.problem, "shape": report.shape, "ok": report.ok})
+        timing, baseline, device = profile.timing, profile.baseline, profile.device
         payload = {
-            "problem": report["problem"], "shape": report["shape"], "source_sha": sha, "tool": tool,
+            "problem": report.problem, "shape": report.shape, "source_sha": sha, "tool": tool,
             "outcome": outcome, "error_class": cls,
-            "error": _first_error(report), "error_line": report.get("error_line"),
-            "max_rel_err": report.get("max_rel_err"), "median_us": timing.get("median_us"),
-            "spread_pct": timing.get("spread_pct"), "timing_mode": timing.get("mode"), "l2": timing.get("l2"),
-            "speedup": report.get("speedup"),
-            "baseline": (report.get("baseline") or {}).get("name"),
-            "baseline_us": (report.get("baseline") or {}).get("median_us"),
-            "device": (device or {}).get("name", "cpu") if isinstance(device, dict) else (device or "none"),
+            "error": _first_error(report), "error_line": profile.error_line,
+            "max_rel_err": profile.max_rel_err, "median_us": timing.median_us if timing else None,
+            "spread_pct": timing.spread_pct if timing else None, "timing_mode": timing.mode if timing else None,
+            "l2": timing.l2 if timing else None,
+            "speedup": profile.speedup,
+            "baseline": baseline.name if baseline else None,
+            "baseline_us": baseline.median_us if baseline else None,
+            "device": device.get("name", "cpu") if device is not None else "none",
             "intent_id": intent_id,
             # Only the judge's own verdict, with every check passed, is verified (state.events ATTEMPT).
-            "verified": tool == "profile" and report.get("verified") is True and outcome == "correct",
-            "verification": (report.get("verification") or {}).get("by") if report.get("verified") else None,
+            "verified": tool == "profile" and profile.verified is True and outcome == "correct",
+            "verification": (profile.verification or {}).get("by") if profile.verified else None,
         }
-        if tool == "compile":
-            payload["kernels"] = [{k: kern.get(k) for k in ("name", "registers", "spill_bytes", "shared_bytes",
-                                                             "uses_wgmma", "uses_tma", "num_warps", "num_stages")}
-                                  for kern in report.get("kernels", [])]
+        if isinstance(report, CompileResult):
+            payload["kernels"] = [{k: getattr(kern, k) for k in ("name", "registers", "spill_bytes", "shared_bytes",
+                                                                  "uses_wgmma", "uses_tma", "num_warps", "num_stages")}
+                                  for kern in report.kernels]
         return self.log.append("attempt", payload, run_id=run_id).id
 
     # -- operations ---------------------------------------------------------------------------------
@@ -170,7 +176,7 @@ class Service:
     def compile(self, problem: str, source: str, shape: str | None = None, *, want_asm: bool = False,
                 want_lines: bool = False, run_id: str | None = None, client: dict[str, Any] | None = None,
                 call_id: str | None = None, timeout: float | None = None,
-                progress: Progress | None = None) -> dict[str, Any]:
+                progress: Progress | None = None) -> CompileResult:
         self.check_source(source)
         shape = self.resolve(problem, shape)
         args = {"problem": problem, "shape": shape, "source": source, "want_asm": want_asm}
@@ -182,15 +188,15 @@ class Service:
                                    progress=None if progress is None else
                                    lambda stage: progress({"stage": stage, "done": None, "total": None}))
         sha = self.log.put_source(source)
-        report["attempt_id"] = self._attempt("compile", report, sha, run_id, intent.id)
-        self._result("compile", intent, bool(report["ok"]), _without_asm(report), _first_error(report), run_id)
+        report.attempt_id = self._attempt("compile", report, sha, run_id, intent.id)
+        self._result("compile", intent, report.ok, _without_asm(report), _first_error(report), run_id)
         return report
 
     def profile(self, problem: str, source: str, shape: str | None = None, *, run_id: str | None = None,
                 client: dict[str, Any] | None = None, call_id: str | None = None,
                 progress: Progress | None = None, cancel: threading.Event | None = None,
                 graph: bool | None = None, baseline: str | None = None,
-                timeout: float | None = None, ncu: bool = False, l2: str | None = None) -> dict[str, Any]:
+                timeout: float | None = None, ncu: bool = False, l2: str | None = None) -> ProfileResult:
         self.check_source(source)
         shape = self.resolve(problem, shape)
         self.check_baseline(problem, baseline)
@@ -203,38 +209,37 @@ class Service:
         intent = self._intent("profile", args, run_id, client, call_id)
         job = {"op": "profile", "problem": problem, "shape": shape, "source": source,
                "graph": "auto" if graph is None else graph, "baseline": baseline, "l2": l2}
-        report = self.pool.run(job, timeout=timeout, progress=progress, cancel=cancel)
-        if report.get("verified") and report.get("timing") and l2 != "cold":
+        # The judge's verdict, read back through its schema (a pool fault names no problem or shape).
+        report = received(ProfileResult, self.pool.run(job, timeout=timeout, progress=progress, cancel=cancel),
+                          problem=problem, shape=shape)
+        if report.verified and report.timing is not None and l2 != "cold":
             _not_compared(report, l2)
-        elif report.get("verified") and report.get("timing"):
-            self._census(problem, source, shape, report, run_id, progress, cancel)
-        if ncu and report.get("timing"):
-            report["ncu"] = self._ncu(problem, source, shape, report, progress)
-        report.setdefault("problem", problem)
-        report.setdefault("shape", shape)
-        report.setdefault("device", self._device_info())
+        elif report.verified and report.timing is not None:
+            self._census(problem, source, shape, report, report.timing.median_us, run_id, progress, cancel)
+        if ncu and report.timing is not None:
+            report.ncu = self._ncu(problem, source, shape, report.timing, progress)
+        if "device" not in report.model_fields_set:
+            report.device = self._device_info()
         sha = self.log.put_source(source)
-        report["source_sha"] = sha
-        report["attempt_id"] = self._attempt("profile", report, sha, run_id, intent.id)
-        self._result("profile", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+        report.source_sha = sha
+        report.attempt_id = self._attempt("profile", report, sha, run_id, intent.id)
+        self._result("profile", intent, report.ok, report.as_dict(), report.error, run_id)
         return report
 
-    def _census(self, problem: str, source: str, shape: str, report: dict[str, Any], run_id: str | None,
-                progress: Progress | None, cancel: threading.Event | None) -> None:
+    def _census(self, problem: str, source: str, shape: str, report: ProfileResult, median: float,
+                run_id: str | None, progress: Progress | None, cancel: threading.Event | None) -> None:
         """The kernel census (tools.census) for a verified timing that is about to become a best: the fastest
         verified attempt of its problem, shape and device in the whole log or in its run. Kept in the log per
         source, so a source is censused once. A refusal takes the verdict back."""
-        device = (report.get("device") or {}).get("name", "none")
-        median = (report.get("timing") or {}).get("median_us")
+        device = (report.device or {}).get("name", "none")
         rivals = [self.log.best(problem, shape, device=device)]
         if run_id is not None:
             rivals.append(self.log.best(problem, shape, device=device, run_id=run_id))
         if not any(r is None or r.get("median_us") is None or median < r["median_us"] for r in rivals):
             # Not censused, so not verified: it could not have become a best anyway, and `verified` means the
             # judge vouches for the whole verdict, Triton doing the work included.
-            report["verification"]["census"] = {"status": "not_needed",
-                                                "reason": "slower than the best attempts it would replace"}
-            report["verified"] = False
+            _set_census(report, {"status": "not_needed", "reason": "slower than the best attempts it would replace"})
+            report.verified = False
             return
         sha = self.log.put_source(source)
         key = keys.census(sha, problem, shape, device)
@@ -247,19 +252,17 @@ class Service:
             if census.get("status") in {"passed", "refused"}:
                 self.log.append("census", {"problem": problem, "shape": shape, "source_sha": sha,
                                            "device": device, "result": census}, run_id=run_id, key=key)
-        report["verification"]["census"] = census
+        verification = _set_census(report, census)
         status = census.get("status")
         slower = _faster_than_its_kernels(report, census)
         if status == "passed" and slower:
-            report.update(ok=False, correct=False, verified=False, error_class="census_failed", speedup=None,
-                          error="kernel census: " + slower)
+            _census_failed(report, slower)
         elif status == "passed":
-            report["verification"]["by"] += "+census"
+            verification["by"] += "+census"
         elif status not in {"unavailable", "not_applicable"}:
-            report.update(ok=False, correct=False, verified=False, error_class="census_failed", speedup=None,
-                          error="kernel census: " + str(census.get("reason") or census.get("error") or status))
+            _census_failed(report, str(census.get("reason") or census.get("error") or status))
 
-    def _ncu(self, problem: str, source: str, shape: str, report: dict[str, Any],
+    def _ncu(self, problem: str, source: str, shape: str, timing: Timing,
              progress: Progress | None) -> dict[str, Any]:
         """Nsight Compute's kernel time for the same candidate, beside the profile's own median. A pool job, so
         it holds the GPU like any timed job (it must not run beside another client's timing)."""
@@ -268,18 +271,18 @@ class Service:
         result = self.pool.run({"op": "ncu_metrics", "problem": problem, "shape": shape, "source": source},
                                progress=progress)
         result.pop("worker_s", None)
-        if (report["timing"].get("l2") or "cold") != "cold":
+        if (timing.l2 or "cold") != "cold":
             result["note"] = ("Nsight Compute flushes the caches before each kernel it measures: its time is a cold "
                               "one, not compared with this profile's warm median")
         elif result.get("ok") and result.get("gpu_time_us_per_call"):
-            median = report["timing"]["median_us"]
+            median = timing.median_us
             result["profile_vs_ncu_pct"] = 100.0 * (median - result["gpu_time_us_per_call"]) / \
                 result["gpu_time_us_per_call"]
         return result
 
     def hotspots(self, problem: str, source: str, shape: str | None = None, *, top: int = 15,
                  save_dir: Path | None = None, run_id: str | None = None, client: dict[str, Any] | None = None,
-                 call_id: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+                 call_id: str | None = None, progress: Progress | None = None) -> HotspotsResult:
         """Warp-stall samples per source line (tools.hotspots): a diagnosis, not an attempt; logged as a
         tool call. The static guard runs first, as for compile and profile; the Nsight run is a pool job, so it
         holds the GPU like a timed job."""
@@ -289,22 +292,23 @@ class Service:
                               run_id, client, call_id)
         violations = guard.static_check(source)
         if violations:
-            report: dict[str, Any] = {"ok": False, "error": "the candidate breaks the rules",
-                                      "error_class": "rejected", "errors": [v.to_dict() for v in violations]}
+            report = HotspotsResult(problem=problem, shape=shape, ok=False, error="the candidate breaks the rules",
+                                    error_class="rejected",
+                                    errors=[CompileMessage.model_validate(v.to_dict()) for v in violations])
         else:
             if progress is not None:
                 progress({"stage": "Nsight Compute", "done": None, "total": None})
-            report = self.pool.run({"op": "hotspots", "problem": problem, "shape": shape, "source": source,
+            answer = self.pool.run({"op": "hotspots", "problem": problem, "shape": shape, "source": source,
                                     "top": top, "save_dir": str(save_dir) if save_dir else None}, progress=progress)
-            report.pop("worker_s", None)  # the pool's bookkeeping, not part of the hotspots report
-        report = {"problem": problem, "shape": shape, **report}
-        self._result("hotspots", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+            answer.pop("worker_s", None)  # the pool's bookkeeping, not part of the hotspots report
+            report = received(HotspotsResult, answer, problem=problem, shape=shape)
+        self._result("hotspots", intent, report.ok, report.as_dict(), report.error, run_id)
         return report
 
     def baseline(self, problem: str, shape: str | None = None, *, refresh: bool = False,
                  run_id: str | None = None, client: dict[str, Any] | None = None,
                  call_id: str | None = None, progress: Progress | None = None,
-                 cancel: threading.Event | None = None) -> dict[str, Any]:
+                 cancel: threading.Event | None = None) -> BaselineResult:
         shape = self.resolve(problem, shape)
         intent = self._intent("baseline", {"problem": problem, "shape": shape, "refresh": refresh}, run_id,
                               client, call_id)
@@ -313,19 +317,18 @@ class Service:
                         "driver": device.get("driver"), "torch": device.get("torch"),
                         "triton": device.get("triton")}
         key = keys.baseline(cache_fields)
-        cached = None if refresh else self.log.by_key(key)
-        if cached is not None:
-            report = {**cached.payload["results"], "cached": True, "cached_event_id": cached.id}
-        else:
-            report = self.pool.run({"op": "baseline", "problem": problem, "shape": shape},
-                                   progress=progress, cancel=cancel)
-            report["cached"] = False
-            timed = any((b.get("timing") or {}) for b in report.get("baselines", []))
-            if report.get("ok") and timed:
+        report = None if refresh else _logged_baseline(self.log.by_key(key))
+        if report is None:
+            report = received(BaselineResult, self.pool.run({"op": "baseline", "problem": problem, "shape": shape},
+                                                            progress=progress, cancel=cancel),
+                              problem=problem, shape=shape)
+            report.cached = False
+            timed = any(b.timing for b in report.baselines)
+            if report.ok and timed:
                 self.log.append("baseline", {"problem": problem, "shape": shape, **cache_fields,
-                                             "results": report}, run_id=run_id,
+                                             "results": report.as_dict()}, run_id=run_id,
                                 key=key if not refresh else f"{key}:{uuid.uuid4().hex}")
-        self._result("baseline", intent, bool(report.get("ok")), report, report.get("error"), run_id)
+        self._result("baseline", intent, report.ok, report.as_dict(), report.error, run_id)
         return report
 
     def record(self, tool: str, args: dict[str, Any], fn: Callable[..., Any], *, run_id: str | None = None,
@@ -389,30 +392,55 @@ class Service:
         return self.log.notes(problem=problem, run_id=run_id, limit=limit)
 
 
-def _not_compared(report: dict[str, Any], l2: str) -> None:
+def _logged_baseline(event: Any) -> BaselineResult | None:
+    """The baseline report a `baseline` event holds, answered from the log; None when there is none, or when it
+    no longer fits the schema (then it is measured again)."""
+    if event is None:
+        return None
+    try:
+        return BaselineResult.model_validate({**event.payload["results"], "cached": True,
+                                              "cached_event_id": event.id})
+    except ValidationError:
+        return None
+
+
+def _set_census(report: ProfileResult, census: dict[str, Any]) -> dict[str, Any]:
+    """The verdict's verification, with the census's answer in it."""
+    verification = report.verification if report.verification is not None else {}
+    verification["census"] = census
+    report.verification = verification
+    return verification
+
+
+def _census_failed(report: ProfileResult, why: str) -> None:
+    """The census takes the verdict back."""
+    report.ok = report.correct = report.verified = False
+    report.error_class, report.speedup, report.error = "census_failed", None, "kernel census: " + why
+
+
+def _not_compared(report: ProfileResult, l2: str) -> None:
     """A timing in another L2 regime than the default is not compared with the best attempts (all cold), so it is
     not censused and, as any timing that could not become a best, not verified: a warm median never becomes a
     best or meets a goal set in cold ones."""
-    report["verification"]["census"] = {"status": "not_needed",
-                                        "reason": f"an l2={l2} timing is not compared with the best attempts, which "
-                                                  "are timed cold"}
-    report["verified"] = False
+    _set_census(report, {"status": "not_needed",
+                         "reason": f"an l2={l2} timing is not compared with the best attempts, which are timed cold"})
+    report.verified = False
 
 
-def _first_error(report: dict[str, Any]) -> str | None:
-    if report.get("error"):
-        return str(report["error"])
-    errors = report.get("errors") or []
-    if errors:
-        e = errors[0]
-        return f"{e.get('message')}" + (f" (line {e['line']})" if e.get("line") else "")
+def _first_error(report: CompileResult | ProfileResult) -> str | None:
+    if isinstance(report, ProfileResult):
+        return str(report.error) if report.error else None
+    if report.errors:
+        e = report.errors[0]
+        return f"{e.message}" + (f" (line {e.line})" if e.line else "")
     return None
 
 
-def _without_asm(report: dict[str, Any]) -> dict[str, Any]:
-    out = dict(report)
+def _without_asm(report: CompileResult) -> dict[str, Any]:
+    """The compile report as the log keeps it: without the kernels' assembly."""
+    out = report.as_dict()
     out["kernels"] = [{k: v for k, v in kern.items() if k not in ("ptx", "sass", "ttgir")}
-                      for kern in report.get("kernels", [])]
+                      for kern in out.get("kernels", [])]
     return out
 
 
@@ -423,14 +451,14 @@ def _without_asm(report: dict[str, Any]) -> dict[str, Any]:
 CENSUS_TIME_RATIO = 0.6
 
 
-def _faster_than_its_kernels(report: dict[str, Any], census: dict[str, Any]) -> str | None:
+def _faster_than_its_kernels(report: ProfileResult, census: dict[str, Any]) -> str | None:
     """Why a cold profile's median cannot be believed next to the census's own kernel durations, or None."""
     kernel_us = census.get("kernel_us_per_call")
-    timing = report.get("timing") or {}
-    median = timing.get("median_us")
-    if not isinstance(kernel_us, (int, float)) or not isinstance(median, (int, float)) or kernel_us <= 0:
+    timing = report.timing
+    if timing is None or not isinstance(kernel_us, (int, float)) or kernel_us <= 0:
         return None
-    if (timing.get("l2") or "cold") != "cold":
+    median = timing.median_us
+    if (timing.l2 or "cold") != "cold":
         return None  # a warm median may rightly beat kernels timed with flushed caches
     if median >= CENSUS_TIME_RATIO * kernel_us:
         return None

@@ -1,7 +1,8 @@
 """Short human-readable summaries that accompany every structured tool result.
 
 Some clients show the model only the text content, so each summary carries the numbers an agent
-acts on (verdict, error and line, time, speedup, registers) and says where the rest is.
+acts on (verdict, error and line, time, speedup, registers) and says where the rest is. A job's summary reads
+its report's `as_dict()` (the fields the work set), the same value the log keeps.
 """
 
 from __future__ import annotations

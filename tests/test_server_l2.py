@@ -71,7 +71,8 @@ def test_a_warm_timing_is_not_censused_nor_verified_and_its_attempt_says_warm(tm
         service.close()
     assert [j["op"] for j in pool.jobs] == ["profile", "profile", "census"], "only the cold timing is censused"
     assert [j["l2"] for j in pool.jobs if j["op"] == "profile"] == ["warm", "cold"]
-    assert warm["verified"] is False and warm["verification"]["census"]["status"] == "not_needed"
-    assert cold["verified"] is True
-    assert attempts[warm["attempt_id"]]["l2"] == "warm" and attempts[cold["attempt_id"]]["l2"] == "cold"
-    assert best is not None and best["id"] == cold["attempt_id"]
+    assert warm.verified is False and warm.verification is not None
+    assert warm.verification["census"]["status"] == "not_needed"
+    assert cold.verified is True
+    assert attempts[warm.attempt_id]["l2"] == "warm" and attempts[cold.attempt_id]["l2"] == "cold"
+    assert best is not None and best["id"] == cold.attempt_id

@@ -175,11 +175,11 @@ def test_the_gluon_prep_compiles_for_hopper_without_spills(tmp_path: Path) -> No
     source = source.replace("\nPREP_GLUON = 1\n", "\nPREP_GLUON = 2\n")
     for shape in ("bench", "odd"):
         r = compile_candidate("kda", source, shape, cache_dir=tmp_path)
-        assert r["ok"], r["errors"]
-        prep = next(k for k in r["kernels"] if k["name"] == "kda_chunk_prep_gluon_kernel")
-        assert prep["uses_wgmma"] and prep["num_warps"] == 8, prep
-        assert prep["spill_bytes"] == 0, prep
-        assert not any(k["name"] == "kda_chunk_prep_full_kernel" for k in r["kernels"])
+        assert r.ok, r.errors
+        prep = next(k for k in r.kernels if k.name == "kda_chunk_prep_gluon_kernel")
+        assert prep.uses_wgmma and prep.num_warps == 8, prep
+        assert prep.spill_bytes == 0, prep
+        assert not any(k.name == "kda_chunk_prep_full_kernel" for k in r.kernels)
 
 
 def test_the_cpu_never_takes_the_gluon_prep() -> None:
@@ -254,11 +254,11 @@ def test_the_gluon_scan_compiles_for_hopper_without_spills(tmp_path: Path) -> No
     source = source.replace("\nUSE_GLUON_SCAN = 1\n", "\nUSE_GLUON_SCAN = 2\n")
     for shape, warps, stages in (("bench", 4, 3), ("bench_h96", 16, 2)):
         r = compile_candidate("kda", source, shape, cache_dir=tmp_path)
-        assert r["ok"], r["errors"]
-        scan = next(k for k in r["kernels"] if k["name"] == "kda_chunk_scan_gluon_kernel")
-        assert scan["uses_wgmma"] and scan["uses_tma"] and scan["spill_bytes"] == 0, scan
-        assert scan["num_warps"] == warps and scan["constexprs"]["STAGES"] == stages, scan
-        assert not any(k["name"] == "kda_chunk_scan_kernel" for k in r["kernels"])
+        assert r.ok, r.errors
+        scan = next(k for k in r.kernels if k.name == "kda_chunk_scan_gluon_kernel")
+        assert scan.uses_wgmma and scan.uses_tma and scan.spill_bytes == 0, scan
+        assert scan.num_warps == warps and scan.constexprs["STAGES"] == stages, scan
+        assert not any(k.name == "kda_chunk_scan_kernel" for k in r.kernels)
 
 
 @pytest.mark.parametrize(

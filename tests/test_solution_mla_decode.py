@@ -131,11 +131,11 @@ def test_the_gluon_split_kernel_compiles_for_hopper_without_spills(tmp_path: Pat
     assert "\nUSE_GLUON = 1\n" in source
     r = compile_candidate("mla_decode", source.replace("\nUSE_GLUON = 1\n", "\nUSE_GLUON = 2\n"), "bench_b64",
                           cache_dir=tmp_path)
-    assert r["ok"], r["errors"]
-    split = next(k for k in r["kernels"] if k["name"] == "mla_split_gluon_kernel")
-    assert split["uses_wgmma"] and split["uses_tma"] and split["num_warps"] == 8
-    assert split["spill_bytes"] == 0 and split["shared_bytes"] <= 232448, split
-    assert split["grid"] == [2, 64]
+    assert r.ok, r.errors
+    split = next(k for k in r.kernels if k.name == "mla_split_gluon_kernel")
+    assert split.uses_wgmma and split.uses_tma and split.num_warps == 8
+    assert split.spill_bytes == 0 and split.shared_bytes <= 232448, split
+    assert split.grid == [2, 64]
 
 
 def test_which_inputs_take_the_gluon_kernel(solution: ModuleType, tmp_path: Path) -> None:

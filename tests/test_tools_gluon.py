@@ -36,12 +36,12 @@ def test_only_triton_s_own_decorators_make_a_kernel() -> None:
 
 def test_compile_builds_a_gluon_kernel_for_hopper(tmp_path: Path) -> None:
     r = compile_candidate("softmax", GLUON_SOFTMAX, "bench", want_lines=True, cache_dir=tmp_path)
-    assert r["ok"], r["errors"]
-    (k,) = r["kernels"]
-    assert k["name"] == "softmax_row_kernel" and k["num_warps"] == 4 and 0 < k["registers"] <= 255
-    assert k["constexprs"]["WARPS"] == 4 and k["sass_instructions"] > 10
-    exp = next(row for row in k["lines"] if row["text"] == "e = gl.exp(x)")
-    assert exp["mufu"] >= 1 and exp["line"] == 1 + GLUON_SOFTMAX.splitlines().index("    e = gl.exp(x)")
+    assert r.ok, r.errors
+    (k,) = r.kernels
+    assert k.name == "softmax_row_kernel" and k.num_warps == 4 and 0 < k.registers <= 255
+    assert k.constexprs["WARPS"] == 4 and k.sass_instructions > 10
+    exp = next(row for row in k.lines if row.text == "e = gl.exp(x)")
+    assert exp.mufu >= 1 and exp.line == 1 + GLUON_SOFTMAX.splitlines().index("    e = gl.exp(x)")
 
 
 def test_compile_takes_a_gluon_layout_from_the_host(tmp_path: Path) -> None:
@@ -57,9 +57,9 @@ def test_compile_takes_a_gluon_layout_from_the_host(tmp_path: Path) -> None:
         assert old in source
         source = source.replace(old, new)
     r = compile_candidate("softmax", source, "bench", cache_dir=tmp_path)
-    assert r["ok"], r["errors"]
-    (k,) = r["kernels"]
-    assert k["name"] == "softmax_row_kernel" and k["registers"] > 0
+    assert r.ok, r.errors
+    (k,) = r.kernels
+    assert k.name == "softmax_row_kernel" and k.registers > 0
 
 
 @pytest.mark.parametrize("fixture", ["tma_softmax.py", "gluon_tma_softmax.py"])
@@ -69,11 +69,11 @@ def test_compile_takes_host_side_tma_descriptors(fixture: str, tmp_path: Path) -
     source = (FIXTURES / fixture).read_text()
     assert guard.static_check(source) == []
     r = compile_candidate("softmax", source, "small", cache_dir=tmp_path)
-    assert r["ok"], r["errors"]
-    (k,) = r["kernels"]
-    assert k["uses_tma"] and k["signature"]["x_desc"].startswith("tensordesc<fp32[1, 256]")
+    assert r.ok, r.errors
+    (k,) = r.kernels
+    assert k.uses_tma and k.signature["x_desc"].startswith("tensordesc<fp32[1, 256]")
     if fixture.startswith("gluon"):
-        assert "NVMMASharedLayout" in k["signature"]["x_desc"] and k["shared_bytes"] >= 1024  # the row's tile
+        assert "NVMMASharedLayout" in k.signature["x_desc"] and k.shared_bytes >= 1024  # the row's tile
 
 
 @pytest.fixture(scope="module")

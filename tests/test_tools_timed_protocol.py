@@ -160,7 +160,46 @@ def test_each_regime_has_its_own_calibration_and_baseline_timing() -> None:
     assert len(worker.calibrations) == 2
 
     base = problem.baselines[0]
-    key = judge._baseline_key(problem, "small", base, False, {"l2": "cold"})
+    key = judge._baseline_key(problem, "small", base, {"l2": "cold"})
     worker.baselines[key] = (time.monotonic(), {"median_us": 7.0, "l2": "cold"})
-    assert judge._held_baseline(worker, problem, "small", base, False, {"l2": "cold"})["l2"] == "cold"
-    assert judge._held_baseline(worker, problem, "small", base, False, {"l2": "warm"}) is None
+    assert judge._held_baseline(worker, problem, "small", base, {"l2": "cold"})["l2"] == "cold"
+    assert judge._held_baseline(worker, problem, "small", base, {"l2": "warm"}) is None
+
+
+def test_the_baseline_is_replayed_as_a_graph_whatever_the_candidates_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline's figure depends on nothing the caller or the candidate chooses: it is timed as a CUDA graph
+    (eagerly only where capture fails, saying so), and one timing serves candidates of either mode."""
+    from types import SimpleNamespace
+
+    from tools import judge
+
+    modes: list[bool] = []
+
+    class Timer:
+        def __init__(self, capturable: bool) -> None:
+            self.capturable = capturable
+
+        def measure(self, fns: dict, *, graph: bool, budget_s: float) -> dict:
+            modes.append(graph)
+            if graph and not self.capturable:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return {"baseline": {"median_us": 10.0 if graph else 14.0, "mode": "cuda_graph" if graph else "eager"}}
+
+    problem = SimpleNamespace(name="softmax", inputs=lambda shape, seed, device: ())
+    base = SimpleNamespace(name="torch", fn=lambda: None)
+    for capturable, mode, median in ((True, "cuda_graph", 10.0), (False, "eager", 14.0)):
+        modes.clear()
+        timer = Timer(capturable)
+        monkeypatch.setattr(judge, "calibration", lambda worker, l2, timer=timer: SimpleNamespace(timer=timer))
+        worker = SimpleNamespace(torch=SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None)),
+                                 device="cuda", cuda=True, baselines={})
+        first = judge._time_baseline(worker, problem, "small", base, {"l2": "cold", "graph": False})
+        assert (first["mode"], first["median_us"]) == (mode, median)
+        assert modes == ([True] if capturable else [True, False])
+        if capturable:
+            assert "note" not in first
+        else:
+            assert first["note"].startswith("timed eagerly") and "capturing" in first["note"]
+        # A candidate timed in the other mode is compared with the same timing, not a new one.
+        again = judge._time_baseline(worker, problem, "small", base, {"l2": "cold", "graph": True})
+        assert again["median_us"] == median and len(modes) == (1 if capturable else 2)

@@ -14,9 +14,14 @@ from typing import Any
 from kernels import get_problem
 from kernels.spec import as_outputs, compare
 from tools import telemetry
+from tools.reports import BaselineResult
 
 
-def run_baselines(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
+def run_baselines(worker: Any, job: dict[str, Any]) -> BaselineResult:
+    return BaselineResult.model_validate(_baselines(worker, job))
+
+
+def _baselines(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     problem = get_problem(job["problem"])
     shape = job.get("shape") or "bench"
     dims = problem.dims(shape)

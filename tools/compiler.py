@@ -18,9 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tools import guard
 from tools.candidate import source_sha, write_candidate
 from tools.environment import project_root, scrubbed_env
+from tools.reports import CompileResult
 
 TARGET = "cuda:sm_90"
 CAPTURE_TIMEOUT_S = 180.0
@@ -109,7 +112,7 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
 
 def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_asm: bool = False,
                       want_lines: bool = False, cache_dir: Path | None = None, timeout: float | None = None,
-                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                      progress: Callable[[str], None] | None = None) -> CompileResult:
     """Compile every kernel `entry()` launches at `shape`, for sm_90. Never raises for candidate faults.
 
     want_lines: each kernel also reports `lines`, its instructions by source line and kind (shared memory,
@@ -125,9 +128,9 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
                             "triton": _triton_version()}
     key = compile_cache_key(problem, shape, source, want_asm, want_lines)
     cache_file = cache_dir / "compile" / f"{key}.json" if cache_dir else None
-    if cache_file and cache_file.exists():
-        cached = json.loads(cache_file.read_text())
-        cached.update(cached=True, elapsed_s=round(time.perf_counter() - started, 3))
+    cached = _cached(cache_file)
+    if cached is not None:
+        cached.cached, cached.elapsed_s = True, round(time.perf_counter() - started, 3)
         return cached
 
     violations = guard.static_check(source)
@@ -164,12 +167,30 @@ def compile_candidate(problem: str, source: str, shape: str = "bench", *, want_a
     return _finish(report, cache_file, started)
 
 
-def _finish(report: dict[str, Any], cache_file: Path | None, started: float) -> dict[str, Any]:
-    report["cached"] = False
+def _cached(cache_file: Path | None) -> CompileResult | None:
+    """The cached report, if there is one that still fits the schema (one that does not is compiled again)."""
+    if cache_file is None or not cache_file.exists():
+        return None
+    try:
+        return CompileResult.model_validate(json.loads(cache_file.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _finish(fields: dict[str, Any], cache_file: Path | None, started: float) -> CompileResult:
+    """The report, typed (the schema check on what the capture and AOT steps sent back) and cached."""
+    try:
+        report = CompileResult.model_validate({**fields, "cached": False})
+    except ValidationError as exc:
+        report = CompileResult.model_validate({
+            **{k: fields[k] for k in ("problem", "shape", "target", "source_sha", "triton")}, "ok": False,
+            "kernels": [], "error_class": "internal_error", "cached": False,
+            "errors": [{"message": f"the compile report does not fit its schema: {exc}"[:2000], "line": None}]})
+        cache_file = None
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(report))
+        tmp.write_text(json.dumps(report.as_dict()))
         tmp.replace(cache_file)
-    report["elapsed_s"] = round(time.perf_counter() - started, 3)
+    report.elapsed_s = round(time.perf_counter() - started, 3)
     return report

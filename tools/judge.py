@@ -28,6 +28,7 @@ from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
+from tools.reports import ProfileResult
 from tools.sandbox import Sandbox, Spawned
 from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, commitment, raise_clocks, summarize
 
@@ -220,7 +221,13 @@ def primary_baseline(problem: Problem, requested: str | None) -> tuple[Any, str 
     return None, "; ".join(reasons) or "the problem has no baseline"
 
 
-def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
+def run_profile(worker: Any, job: dict[str, Any]) -> ProfileResult:
+    """The judge's verdict on one candidate, typed here: a report the schema does not fit is the judge's own fault
+    (the worker answers it as an internal error)."""
+    return ProfileResult.model_validate(_judge(worker, job))
+
+
+def _judge(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     problem = get_problem(job["problem"])
     shape = job.get("shape") or "bench"
     problem.dims(shape)
@@ -312,7 +319,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         raise
     t0 = time.perf_counter()
     must_time_baseline = baseline is not None and why_not is None and \
-        _held_baseline(worker, problem, shape, baseline, session_timing["graph"], job) is None
+        _held_baseline(worker, problem, shape, baseline, job) is None
     # A baseline is timed only while no candidate process exists: the process is reaped then, else kept for a
     # repeat profile of the same source.
     status = session.close() if must_time_baseline else park(worker, session, sha)
@@ -325,7 +332,7 @@ def run_profile(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     if baseline is not None and why_not is None:
         worker.progress("timing the baseline")
         out_baseline = {"name": baseline.name,
-                        **_time_baseline(worker, problem, shape, baseline, session_timing["graph"], job)}
+                        **_time_baseline(worker, problem, shape, baseline, job)}
     else:
         out_baseline = {"name": getattr(baseline, "name", None), "error": why_not}
     phases["baseline_s"] = round(time.perf_counter() - t0, 4)
@@ -615,36 +622,48 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                             "started_unix": started_unix, "ended_unix": time.time()}}
 
 
-def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,
-                   job: dict[str, Any]) -> dict[str, Any]:
+def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, job: dict[str, Any]) -> dict[str, Any]:
     """The baseline's timing, re-used for BASELINE_FRESH_S: it is trusted code on the same GPU, so timing it
     again for every candidate (1 s for torch, 90 s for FLA's first autotune) buys nothing but noise. Timed in the
-    candidate's L2 regime (a warm candidate against a warm baseline), and held per regime."""
-    held = _held_baseline(worker, problem, shape, baseline, graph, job)
+    candidate's L2 regime (a warm candidate against a warm baseline), and held per regime.
+
+    Always replayed as a CUDA graph, whichever mode the candidate was timed in: the speedup must not move with a
+    choice the caller makes (`graph`) or that the candidate's own host time makes (auto mode), and launched eagerly
+    a baseline of many small kernels is bound by its host, not its GPU work (FLA's chunk_kda at KDA bench: 1,299 us
+    eager, 948 us replayed), which would credit an eagerly timed candidate with the baseline's launch overhead. A
+    baseline that cannot be captured is timed eagerly; its `mode` says which."""
+    held = _held_baseline(worker, problem, shape, baseline, job)
     if held is not None:
         return held
     l2 = job_l2(job)
     timer = calibration(worker, l2).timer
     inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
     fn = baseline.fn
-    stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=graph,
-                          budget_s=float(job.get("baseline_budget_s", job.get("budget_s", 2.0))) / 2)
+    budget_s = float(job.get("baseline_budget_s", job.get("budget_s", 2.0))) / 2
+    capture_error = None
+    try:
+        stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=True, budget_s=budget_s)
+    except Exception as exc:  # trusted code that a CUDA graph cannot hold (a host sync, a data-dependent shape)
+        capture_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        worker.torch.cuda.synchronize()
+        stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=False, budget_s=budget_s)
     result = {**stats["baseline"], "l2": l2}
-    worker.baselines[_baseline_key(problem, shape, baseline, graph, job)] = (time.monotonic(), result)
+    if capture_error is not None:
+        result["note"] = f"timed eagerly: the baseline could not be captured as a CUDA graph ({capture_error})"
+    worker.baselines[_baseline_key(problem, shape, baseline, job)] = (time.monotonic(), result)
     return {**result, "age_s": 0.0}
 
 
-def _baseline_key(problem: Problem, shape: str, baseline: Any, graph: bool, job: dict[str, Any]) -> tuple[Any, ...]:
-    return (problem.name, shape, baseline.name, bool(graph), job.get("baseline_budget_s", job.get("budget_s")),
-            job_l2(job))
+def _baseline_key(problem: Problem, shape: str, baseline: Any, job: dict[str, Any]) -> tuple[Any, ...]:
+    return (problem.name, shape, baseline.name, job.get("baseline_budget_s", job.get("budget_s")), job_l2(job))
 
 
-def _held_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, graph: bool,
+def _held_baseline(worker: Any, problem: Problem, shape: str, baseline: Any,
                    job: dict[str, Any]) -> dict[str, Any] | None:
     """This worker's timing of the baseline if it is fresh enough to re-use, else None."""
     if job.get("fresh_baseline"):
         return None
-    held = worker.baselines.get(_baseline_key(problem, shape, baseline, graph, job))
+    held = worker.baselines.get(_baseline_key(problem, shape, baseline, job))
     now = time.monotonic()
     if held is None or now - held[0] >= BASELINE_FRESH_S:
         return None

@@ -272,9 +272,11 @@ class WorkerPool:
                     self._discard(slot)
                     result["worker_replaced"] = True
                 return result
-            return self._fault(slot, worker, msg, timeout)
+            return self._fault(slot, worker, msg, timeout, verdict=job.get("op") == "profile")
 
-    def _fault(self, slot: int, worker: WorkerProcess, what: Any, timeout: float) -> dict[str, Any]:
+    def _fault(self, slot: int, worker: WorkerProcess, what: Any, timeout: float, verdict: bool) -> dict[str, Any]:
+        """The job's answer when its worker gave none; `verdict`: a profile's, which also says it was not judged
+        correct and has no timing (the fields only a profile report declares)."""
         tail = worker.output_tail()
         if what == "timeout":
             worker.kill()
@@ -288,6 +290,8 @@ class WorkerPool:
             err = {"error_class": "crashed",
                    "error": f"the worker running the candidate died ({worker.exit_description()})"}
         self._discard(slot)
+        if not verdict:
+            return {"ok": False, **err, "output_tail": tail, "worker_replaced": True}
         return {"ok": False, "correct": False, **err, "output_tail": tail, "worker_replaced": True,
                 "timing": None, "speedup": None}
 

@@ -20,6 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tools.reports import HotspotsResult, Report
+
 LOG_NAME = "worker_output.log"
 FATAL_CUDA_MARKERS = ("illegal memory access", "illegal address", "device-side assert", "unspecified launch failure",
                       "misaligned address", "an illegal instruction", "CUDA error: launch failed",
@@ -85,7 +87,8 @@ class Worker:
 
     # -- jobs ---------------------------------------------------------------------------------------
 
-    def handle(self, job: dict[str, Any]) -> dict[str, Any]:
+    def handle(self, job: dict[str, Any]) -> dict[str, Any] | Report:
+        """The job's answer: a typed report for the job tools (profile, baseline, hotspots), else a plain one."""
         from tools import telemetry
 
         op = job.get("op")
@@ -118,8 +121,10 @@ class Worker:
             from tools.hotspots import ncu_hotspots
 
             save = job.get("save_dir")
-            return ncu_hotspots(job["problem"], job["source"], job.get("shape") or "bench", top=int(job.get("top", 15)),
-                                save_dir=Path(save) if save else None)
+            shape = job.get("shape") or "bench"
+            found = ncu_hotspots(job["problem"], job["source"], shape, top=int(job.get("top", 15)),
+                                 save_dir=Path(save) if save else None)
+            return HotspotsResult.model_validate({"problem": job["problem"], "shape": shape, **found})
         return {"ok": False, "error": f"unknown job op {op!r}", "error_class": "error"}
 
     def ensure_timer(self) -> Any:
@@ -221,7 +226,8 @@ def serve(in_fd: int, out_fd: int) -> int:
                 fatal = False
                 t0 = time.perf_counter()
                 try:
-                    result = worker.handle(job)
+                    answer = worker.handle(job)
+                    result = answer.as_dict() if isinstance(answer, Report) else answer
                 except BaseException as exc:  # a fault of the judge's own: still answer, then be replaced
                     from tools.sandbox import ZygoteLost
 
