@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cli.output import emit
-from client.run_projection import fmt_us
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -53,6 +52,8 @@ def status_view(d: dict[str, Any]) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from client.run_projection import fmt_us  # here, not at the top: it loads numpy, which `--help` must not
 
     heading = Text.assemble(("run ", "bold"), (str(d["run_id"]), "bold"), ": ",
                             (str(d["state"]), STATE_STYLES.get(d["state"], "bold")))
