@@ -37,7 +37,7 @@ for step in "$@"; do
       MARATHON_L2_FLUSH=write python3 benchmarks/bench_profile.py --problem softmax --shape bench --repeats 3 \
         --graph off --json-out "$RES/overhead_softmax_writeflush.json" ;;
     mla_sweep)
-      python3 -m pytest -q -m gpu tests/test_solution_mla_decode.py 2>&1 | tail -3
+      python3 -m pytest -q -m gpu tests/kernels/test_solution_mla_decode.py 2>&1 | tail -3
       for s in ${MLA_SHAPES:-bench bench_b64}; do
         g=on; [ $s = bench_b64 ] && g=off
         # MLA_GRID replaces the first grid; MLA_GRID2 (empty: skipped) is crossed with its 3 fastest.
@@ -52,7 +52,7 @@ for step in "$@"; do
     kda_sweep)
       # The KDA solution against FLA in one process per shape list (FLA autotunes once a shape, then
       # from the Triton cache under $MARATHON_HOME): both prep kernels, the inverse's precision.
-      python3 -m pytest -q -m gpu tests/test_solution_kda.py 2>&1 | tail -3
+      python3 -m pytest -q -m gpu tests/kernels/test_solution_kda.py 2>&1 | tail -3
       python3 benchmarks/sweep.py kernels/kda/solution.py --problem kda \
         --shape ${KDA_SWEEP_SHAPE:-bench} \
         ${KDA_GRID:---grid AKK_BF16=0,1 --grid INV_PRECISION="'input'","'tf32'" --grid NUM_WARPS_PREP=8,16} \
@@ -61,7 +61,7 @@ for step in "$@"; do
     one_launch)
       # MLA at B = 1: the one-launch design (ONE_LAUNCH, issue 17) against the two-kernel default, cold and warm,
       # after the GPU tests of the solution (they run its variants); then bench_b64 stays as it is (two kernels).
-      python3 -m pytest -q -m gpu tests/test_solution_mla_decode.py 2>&1 | tail -3
+      python3 -m pytest -q -m gpu tests/kernels/test_solution_mla_decode.py 2>&1 | tail -3
       for l2 in cold warm; do
         python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape bench --graph on \
           --l2 $l2 --grid ONE_LAUNCH=0,1 ${ONE_LAUNCH_GRID:---grid MERGE_H=4,8 --grid MERGE_D=32,64} \

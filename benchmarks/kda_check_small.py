@@ -1,7 +1,9 @@
 """Check the KDA solution at the small check shapes in bf16, for each seed, with module constants set.
 
-    python benchmarks/kda_check_small.py [--set NAME=VALUE ...] [--shape odd] [--dims B=1,T=200,H=2,K=64,V=64,init=1]
-                                         [--seeds 4]
+    PYTHONPATH=. python benchmarks/kda_check_small.py [--set NAME=VALUE ...] [--shape odd] [--seeds 4]
+                                                      [--dims B=1,T=200,H=2,K=64,V=64,init=1]
+
+From the project root with it on PYTHONPATH: the tolerance rule is the KDA tests' own (`within`).
 
 Prints each output's relative error and whether it is within the problem's tolerance; exits 1 if any is not.
 For a fault that only shows at one shape and launch configuration (run it under compute-sanitizer).
@@ -29,7 +31,7 @@ def main() -> int:
     import torch
 
     from kernels.kda.problem import PROBLEM, make_inputs
-    from tests.test_problem_kda import within
+    from tests.kernels.test_problem_kda import within
 
     sol = load_solution(Path(args.file), args.set)
     bad = 0

@@ -1,8 +1,11 @@
 """What each problem's tolerance admits and rejects, measured: the figures its bounds are derived from.
 
-    python3 benchmarks/tolerances.py --json-out /tmp/tolerances.json          # on a GPU: every problem
-    python3 benchmarks/tolerances.py --problems kda --kda-shapes mid,bench    # a subset
-    python3 benchmarks/tolerances.py --device cpu --quick                     # smoke test, small shapes only
+    PYTHONPATH=. python3 benchmarks/tolerances.py --json-out /tmp/tolerances.json        # on a GPU: every problem
+    PYTHONPATH=. python3 benchmarks/tolerances.py --problems kda --kda-shapes mid,bench  # a subset
+    PYTHONPATH=. python3 benchmarks/tolerances.py --device cpu --quick                   # smoke test, small shapes
+
+From the project root with it on PYTHONPATH: the approximations it measures are the tests' own
+(tests/kernels/test_problem_approximations.py), which the installed package does not hold.
 
 For every problem, shape and seed it computes, against the problem's own reference (what the checker
 compares with), the error of:
@@ -13,7 +16,7 @@ compares with), the error of:
   entry(), where present), the starter, the baselines (FLA's chunk_kda for KDA when importable, with
   FLA_FLASH_KDA=0), and for KDA an emulation of a bf16 tensor-core kernel (exact_bf16_operands);
   these must pass, with room;
-- cheap approximations (tests/test_problem_approximations.py): KDA with its history cut to the last
+- cheap approximations (tests/kernels/test_problem_approximations.py): KDA with its history cut to the last
   W tokens, MLA with keys dropped, an fp8 cache or missing columns, softmax in half precision or with
   part of each row missing; these must fail.
 
@@ -182,7 +185,7 @@ def sync(device: str) -> None:
 
 def run_kda(table: Table, device: str, shapes: list[str], seeds_for: Callable[[str], list[int]],
             done: Callable[[str], None]) -> None:
-    import tests.test_problem_approximations as approx
+    import tests.kernels.test_problem_approximations as approx
     from kernels.kda.reference import recurrent_reference
 
     problem = get_problem("kda")
@@ -252,8 +255,8 @@ def run_kda(table: Table, device: str, shapes: list[str], seeds_for: Callable[[s
 
 
 def _scan(parts: dict[str, Any], h0: torch.Tensor | None, options: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """tests/test_problem_approximations.kda_scan with its options, o cast to the input dtype."""
-    import tests.test_problem_approximations as approx
+    """tests/kernels/test_problem_approximations.kda_scan with its options, o cast to the input dtype."""
+    import tests.kernels.test_problem_approximations as approx
 
     options = dict(options)
     out_dtype = options.pop("out_dtype")
@@ -278,7 +281,7 @@ def run_calls(table: Table, block: dict[str, Any], device: str, calls: list[Call
 
 def run_mla(table: Table, device: str, shapes: list[str], seeds_for: Callable[[str], list[int]],
             done: Callable[[str], None]) -> None:
-    import tests.test_problem_approximations as approx
+    import tests.kernels.test_problem_approximations as approx
 
     problem = get_problem("mla_decode")
     from kernels.mla_decode.problem import D_LATENT, SOFTMAX_SCALE
@@ -327,7 +330,7 @@ def _softmax_fp32(x: torch.Tensor) -> torch.Tensor:
 
 def run_softmax(table: Table, device: str, shapes: list[str], seeds_for: Callable[[str], list[int]],
                 done: Callable[[str], None]) -> None:
-    import tests.test_problem_approximations as approx
+    import tests.kernels.test_problem_approximations as approx
 
     problem = get_problem("softmax")
     solution = load_module(ROOT / "kernels" / "softmax" / "solution.py")

@@ -8,7 +8,7 @@ beta [B, T, H] in (0, 1), A_log [H] float32, dt_bias [H * K] float32, initial_st
 initial_state=..., output_final_state=True, use_qk_l2norm_in_kernel=True,
 use_gate_in_kernel=True, safe_gate=True, lower_bound=-5, A_log=A_log, dt_bias=dt_bias)`.
 
-What the tolerance rejects (figures next to TOLERANCE; tests in tests/test_problem_approximations.py): the
+What the tolerance rejects (figures next to TOLERANCE; tests in tests/kernels/test_problem_approximations.py): the
 inputs give a quarter of each head's channels memories of 10^2 to 10^4 tokens (make_inputs), so a kernel
 that does not carry the state across the whole sequence fails: the state rebuilt from the last 128, 512 or
 2048 tokens misses o's rel_err bound by 70x, 55x and 24x at bench (and at mid, T = 1000, by 78x and 48x);
@@ -146,7 +146,7 @@ def reference(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]
 #    small and odd; the state 1.8e-5 at bench. Every bound below is 500x or more above it.
 # 2. Exact algorithms in bf16, which must pass with room. o rel_err: rounding o to bf16 alone (the starter,
 #    torch_chunked) 1.66e-3; the project's solution 3.0-3.3e-3 (mid, small, odd), 4.4e-3 (bench); FLA's
-#    chunk_kda 3.5-3.6e-3 and 4.8e-3 (bench); the bf16-operand emulation in tests/test_problem_approximations.py
+#    chunk_kda 3.5-3.6e-3 and 4.8e-3 (bench); the bf16-operand emulation in tests/kernels/test_problem_approximations.py
 #    3.0e-3 and 3.8e-3. State rel_err: solution 1.3-1.9e-3 and 3.35e-3 (bench); FLA 1.4-2.0e-3 and 3.64e-3
 #    (bench). The atol each needs at rtol 2e-2, o: FLA 2.4e-3 and the solution 2.6e-3 at odd (K = 16: the largest
 #    |o|), 1.1e-3 at small, <= 5.8e-4 at mid and bench; state: FLA 5.2e-3 at odd, 4.4e-3 at bench, <= 2.9e-3 at

@@ -4,7 +4,7 @@ The cache row is [c_kv (512) | k_rope (64)]; the latent c_kv serves as both key 
 value, so a kernel reads each cache row once for both products. Memory-bound at small batch.
 
 The tolerance rejects the cheap approximations a decode kernel might try (figures next to TOLERANCE,
-tests in tests/test_problem_approximations.py): dropped keys (the last 1/8 or 1/64 of the cache, or
+tests in tests/kernels/test_problem_approximations.py): dropped keys (the last 1/8 or 1/64 of the cache, or
 attention over only the top quarter of the keys by score), an fp8 cache, scores from 448 of the 512
 latent columns, 448 of the 512 output columns. It does not reliably reject scores rounded to bf16,
 and it admits sparse attention over the top 7/8 of the keys, as no cheaper than reading them all.
@@ -43,7 +43,8 @@ SOFTMAX_FLOPS_PER_SCORE = 5
 # Re-measured on the H200, 2026-12-01 (`benchmarks/tolerances.py`, 8 seeds at small and odd, 2 at bench and
 # bench_b64): the reference's float32 form is within 3e-7 to 1.5e-6 of the float64 one (the floor, 6000x below
 # the bound); the project's solution is at rel_err 1.9-2.6e-3 and needs atol 1.9e-3 (odd), the torch baseline
-# 1.9-2.4e-3 and 2.1e-3: 4x and 5x inside the bounds. What the bound rejects (tests/test_problem_approximations.py),
+# 1.9-2.4e-3 and 2.1e-3: 4x and 5x inside the bounds. What the bound rejects
+# (tests/kernels/test_problem_approximations.py),
 # each by how many times it misses the tolerance at the least (its worse test, over shapes and seeds):
 # - dropped keys: the last 1/8 of the cache never read, 21x (rel_err 0.24 at bench); even the last 1/64 (128 tokens
 #   at bench) 7.5x; sparse attention over the top 1/4 of the keys by score, 16x (0.16); the top 3/4 still fails, by

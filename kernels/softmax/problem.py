@@ -84,7 +84,7 @@ def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
 # The tolerance (rel_err 2e-5, atol 1e-7, rtol 1e-4), re-measured on the H200, 2026-12-01 (benchmarks/tolerances.py,
 # 8 seeds at small and odd, 2 at bench): torch.softmax in float32 is within 6e-8 to 9e-8 of the float64 reference
 # (the floor), exp2 in float32 7-8e-8, the starter 1.1e-7: each 180x or more inside rel_err and 0.004-0.006 of the
-# elementwise bound. What it rejects (tests/test_problem_approximations.py), by how many times each misses the
+# elementwise bound. What it rejects (tests/kernels/test_problem_approximations.py), by how many times each misses the
 # tolerance at the least (its worse test, over shapes and seeds): exp and sum in float16 after a float32 max, 16x
 # (rel_err 3.8-4.9e-4); the output rounded to bf16, 55x (1.7-2.5e-3); rounded to float16, 6.8x (2.1-2.8e-4, its
 # 2^-11 relative rounding against rtol 1e-4); the last 1/8 of each row dropped, 10^4x; the last row left unwritten,
