@@ -59,12 +59,16 @@ for step in "$@"; do
         ${KDA_BASELINE:+--baseline $KDA_BASELINE} --json-out "$RES/sweep_kda_${KDA_SWEEP_SHAPE:-bench}.json" 2>&1 \
         | grep -v '^  \.\.\.' | tail -12 ;;
     one_launch)
-      # MLA at B = 1: the one-launch design (ONE_LAUNCH, issue 17) against the two-kernel default, cold and warm,
-      # after the GPU tests of the solution (they run its variants); then bench_b64 stays as it is (two kernels).
-      python3 -m pytest -q -m gpu tests/kernels/test_solution_mla_decode.py 2>&1 | tail -3
+      # MLA at B = 1: the one-launch candidate (kernels/mla_decode/one_launch.py, issue 17) against the two-kernel
+      # solution, cold and warm, after the GPU tests of both (they run the candidate's variants): the solution as it
+      # is, then the candidate over its merge knobs (ONE_LAUNCH_GRID replaces that grid).
+      python3 -m pytest -q -m gpu tests/kernels/test_solution_mla_decode.py tests/kernels/test_mla_one_launch.py \
+        2>&1 | tail -3
       for l2 in cold warm; do
         python3 benchmarks/sweep.py kernels/mla_decode/solution.py --problem mla_decode --shape bench --graph on \
-          --l2 $l2 --grid ONE_LAUNCH=0,1 ${ONE_LAUNCH_GRID:---grid MERGE_H=4,8 --grid MERGE_D=32,64} \
+          --l2 $l2 --json-out "$RES/sweep_two_launch_$l2.json" 2>&1 | grep -v '^  \.\.\.' | tail -4
+        python3 benchmarks/sweep.py kernels/mla_decode/one_launch.py --problem mla_decode --shape bench --graph on \
+          --l2 $l2 ${ONE_LAUNCH_GRID:---grid MERGE_H=4,8 --grid MERGE_D=32,64} \
           --json-out "$RES/sweep_one_launch_$l2.json" 2>&1 | grep -v '^  \.\.\.' | tail -12
       done ;;
     mla_probe)

@@ -9,8 +9,7 @@ splits of each (batch, head) by their log-sum-exp. When one split is enough (a b
 fill the GPU by itself: B > 264 with the defaults) the first kernel writes the output and the second is
 not launched. On a GPU, splits of two or more tiles (B = 64: two splits of 64 tiles each) run the same
 program written in Gluon, `mla_split_gluon_kernel`, whose cache copies are issued as soon as a buffer frees
-(figures in BENCHMARKS.md, "Fifth round"). With ONE_LAUNCH, `mla_split_merge_kernel` is both: the split kernel
-whose last programs to finish merge the splits, where the whole grid is resident at once (B = 1).
+(figures in BENCHMARKS.md, "Fifth round"). A one-launch variant is kernels/mla_decode/one_launch.py.
 
 Why split: at B=1 the whole cache is 9.4 MB, a 2.2 us DRAM floor, and 64 heads in one program give
 one program per batch element: splitting S is the only way to put all 132 SMs on the read. Why
@@ -58,13 +57,6 @@ SPLIT_WAVES = 1.0  # programs per SM the split count aims for
 PARTIAL_BF16 = 1
 COMBINE_BLOCK_D = 128  # output columns per combine program
 COMBINE_NUM_WARPS = 4  # a combine program reads num_splits rows of COMBINE_BLOCK_D partial columns
-# 1: the split kernel merges the splits itself (mla_split_merge_kernel): one launch instead of two, the last
-# programs of each head group to finish merging MERGE_H heads x MERGE_D columns each, where the whole grid fits on
-# the GPU at once (B = 1: 128 programs); elsewhere, and with the Gluon kernel, two launches as before. 0 until it is
-# measured against the two-kernel path on a GPU.
-ONE_LAUNCH = 0
-MERGE_H = 4
-MERGE_D = 64
 # The split kernel in Gluon (mla_split_gluon_kernel): the same math with the cache pipeline written out, q and
 # two cache tiles in shared memory by TMA, and the next-but-one tile's copy issued as soon as the P.V product
 # that read its buffer has finished, so a copy is in flight through the whole of each step. Triton's pipeliner
@@ -94,9 +86,6 @@ TUNE_SPACE = {
     "PARTIAL_BF16": [0, 1],
     "COMBINE_BLOCK_D": [32, 64, 128, 256],
     "COMBINE_NUM_WARPS": [1, 2, 4, 8],
-    "ONE_LAUNCH": [0, 1],
-    "MERGE_H": [4, 8],
-    "MERGE_D": [32, 64],
     "USE_GLUON": [0, 1],
     "GLUON_MIN_TILES": [1, 2, 4],
     "GLUON_BLOCK_N": [16, 32, 64, 128],
@@ -111,7 +100,6 @@ TUNE_CONSTRAINTS = {
     "USE_GLUON changes nothing unless a program holds 64 heads": "BLOCK_H == 64 or USE_GLUON == 1",
     "the Gluon kernel's knobs change nothing where it never runs (fewer than 64 heads a program, or USE_GLUON = 0)":
         "(BLOCK_H == 64 and USE_GLUON == 1) or (GLUON_MIN_TILES == 2 and GLUON_BLOCK_N == 64 and GLUON_STAGES == 2)",
-    "the merge's knobs change nothing in the two-launch design": "ONE_LAUNCH == 1 or (MERGE_H == 4 and MERGE_D == 64)",
     "the Gluon kernel's q and cache tiles fit sm_90's 227 KB of shared memory a block":
         "1152 * (64 + GLUON_STAGES * GLUON_BLOCK_N) + 4160 <= 232448",
 }
@@ -212,58 +200,6 @@ def _merge_head(part_ptr, lse_ptr, out_ptr, b, h, H, num_splits, d0, stride_ob, 
                    mask=offs_s[:, None] < num_splits, other=0.0, cache_modifier=CACHE).to(tl.float32)
     out = tl.sum(part * w[:, None], axis=0)
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def mla_split_merge_kernel(
-    q_ptr, kv_ptr, part_ptr, lse_ptr, out_ptr, count_ptr,
-    S, H, tokens_per_split, num_splits, qk_scale,
-    stride_qb, stride_qh, stride_kvb, stride_kvs, stride_ob, stride_oh,
-    D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    MERGE_H: tl.constexpr, MERGE_D: tl.constexpr, BLOCK_S: tl.constexpr,
-):
-    """mla_split_kernel and the merge in one launch (ONE_LAUNCH): every program writes its split's partial and
-    takes a ticket from its (batch, head group)'s arrival counter; the last MERGERS to arrive wait for the rest,
-    then each merges MERGE_H heads x MERGE_D columns of the output. The last merger to leave zeroes the counters
-    for the next launch. Waiting is safe only while every program of the grid is resident at once (entry()
-    launches at most one program per SM); under the interpreter, which runs programs one after another, a single
-    merger (the last program) waits for nobody."""
-    split = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    head_groups = tl.cdiv(H, BLOCK_H)
-    b = pid_bh // head_groups
-    h0 = (pid_bh % head_groups) * BLOCK_H
-    heads = h0 + tl.arange(0, BLOCK_H)
-    head_ok = heads < H
-    acc, m_i, l_i = _split_attention(q_ptr, kv_ptr, b, heads, head_ok, split, S, tokens_per_split, qk_scale,
-                                     stride_qb, stride_qh, stride_kvb, stride_kvs, D_LATENT, D_ROPE, BLOCK_H, BLOCK_N)
-    _write_split(acc, m_i, l_i, b, heads, head_ok, split, H, num_splits, part_ptr, lse_ptr, out_ptr,
-                 stride_ob, stride_oh, D_LATENT, False)
-
-    COL_BLOCKS: tl.constexpr = D_LATENT // MERGE_D
-    MERGERS: tl.constexpr = (BLOCK_H // MERGE_H) * COL_BLOCKS
-    arrivals = count_ptr + pid_bh * 2
-    departures = arrivals + 1
-    # Every thread's partial stores come before the ticket; the ticket's release publishes them at GPU scope.
-    tl.debug_barrier()
-    ticket = tl.atomic_add(arrivals, 1, sem="acq_rel")
-    j = ticket - (num_splits - MERGERS)
-    if j >= 0:
-        seen = ticket + 1
-        while seen < num_splits:
-            seen = tl.atomic_add(arrivals, 0, sem="acquire")
-        tl.debug_barrier()
-        head_base = h0 + (j // COL_BLOCKS) * MERGE_H
-        d0 = (j % COL_BLOCKS) * MERGE_D
-        for i in tl.static_range(MERGE_H):
-            if head_base + i < H:
-                _merge_head(part_ptr, lse_ptr, out_ptr, b, head_base + i, H, num_splits, d0, stride_ob, stride_oh,
-                            D_LATENT, MERGE_D, BLOCK_S, ".cg")
-        tl.debug_barrier()
-        left = tl.atomic_add(departures, 1, sem="acq_rel")
-        if left == MERGERS - 1:
-            tl.atomic_xchg(arrivals, 0)
-            tl.atomic_xchg(departures, 0)
 
 
 @gluon.jit
@@ -420,34 +356,6 @@ def split_plan(B: int, H: int, S: int, num_sms: int) -> tuple[int, int]:
     return tokens_per_split, triton.cdiv(S, tokens_per_split)
 
 
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-
-
-def _arrival_counters(device: torch.device, groups: int) -> torch.Tensor:
-    """The one-launch kernel's counters (arrivals, departures for each of its `groups` (batch, head group) pairs),
-    zero between launches: made once per device and size, and zeroed again by the kernel's last merger. One stream's
-    launches only: two in flight at once would share them."""
-    key = (str(device), groups)
-    if key not in _COUNTERS:
-        _COUNTERS[key] = torch.zeros(2 * groups, dtype=torch.int32, device=device)
-    return _COUNTERS[key]
-
-
-def merge_plan(num_splits: int, on_gpu: bool) -> tuple[int, int]:
-    """(heads, columns) each merger of the one-launch kernel takes: MERGE_H x MERGE_D, grown until there are no more
-    mergers than splits. Off a GPU one merger takes everything: the interpreter runs programs in turn, so a merger
-    that waited for a later program would wait forever."""
-    if not on_gpu:
-        return BLOCK_H, D_LATENT
-    heads, cols = min(MERGE_H, BLOCK_H), min(MERGE_D, D_LATENT)
-    while (BLOCK_H // heads) * (D_LATENT // cols) > num_splits:
-        if heads < BLOCK_H:
-            heads *= 2
-        else:
-            cols *= 2
-    return heads, cols
-
-
 def _takes_gluon(q: torch.Tensor, kv: torch.Tensor, tokens_per_split: int) -> bool:
     """Whether the split runs as mla_split_gluon_kernel (USE_GLUON above), on a Hopper GPU unless forced. Its
     layouts are written for 64 heads a program (it runs at 8 warps whatever NUM_WARPS, which is the Triton
@@ -502,13 +410,6 @@ def entry(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     consts = dict(D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, DIRECT_OUT=direct,
                   num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     gluon = _takes_gluon(q, kv, tokens_per_split)
-    if ONE_LAUNCH and not direct and not gluon and grid[0] * grid[1] <= num_sms:
-        merge_h, merge_d = merge_plan(num_splits, q.device.type == "cuda")
-        mla_split_merge_kernel[grid](*args[:5], _arrival_counters(q.device, grid[1]), *args[5:],
-                                     D_LATENT=D_LATENT, D_ROPE=D_ROPE, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N,
-                                     MERGE_H=merge_h, MERGE_D=merge_d, BLOCK_S=triton.next_power_of_2(num_splits),
-                                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-        return out
     if gluon:
         mla_split_gluon_kernel[grid](
             *_gluon_descriptors(q, kv), part, lse, out, S, H, tokens_per_split, num_splits, SOFTMAX_SCALE * LOG2E,

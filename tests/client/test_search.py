@@ -14,14 +14,17 @@ from client.search.history import PENALTY, UNTIMED, Measurement, Trial
 from client.search.optimiser import Optimiser
 from client.search.source import TuneSpaceError, Variants, rewrite, tune_space
 from client.search.space import SearchSpace
-from kernels import problem_names, solution_path, starter_path
+from kernels import PROBLEMS_DIR, problem_names, solution_path, starter_path
 
+# Candidate files kept beside a problem's solution (kind: the file's name without .py).
+CANDIDATES = [("mla_decode", "one_launch")]
 KERNELS = [(p, "starter") for p in problem_names()] + [(p, "solution") for p in problem_names()
-                                                       if solution_path(p) is not None]
+                                                       if solution_path(p) is not None] + CANDIDATES
 
 
 def _declared(problem: str, kind: str) -> str:
-    path = starter_path(problem) if kind == "starter" else solution_path(problem)
+    path = {"starter": starter_path(problem), "solution": solution_path(problem)}.get(
+        kind, PROBLEMS_DIR / problem / f"{kind}.py")
     assert path is not None
     return path.read_text()
 
@@ -73,6 +76,18 @@ MLA_SOLUTION_VALID = [  # compiled within the limit
     {"GLUON_BLOCK_N": 32, "GLUON_STAGES": 4},  # 225320
     {"GLUON_BLOCK_N": 128, "GLUON_STAGES": 1},  # 225304
 ]
+MLA_ONE_LAUNCH_INVALID = [  # the split kernel's limits hold for the one-launch kernel (the same split, then the merge)
+    {"BLOCK_H": 64, "BLOCK_N": 64, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    {"BLOCK_H": 16, "BLOCK_N": 128, "NUM_WARPS": 8, "NUM_STAGES": 3},
+    {"BLOCK_H": 64, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2},  # the accumulator cannot live in registers
+    {"SPLIT_WAVES": 2.0},  # not a choice: the grid would outgrow the GPU, and the two-launch path run
+    {"MERGE_D": 128},  # not a choice
+]
+MLA_ONE_LAUNCH_VALID = [
+    {"BLOCK_H": 64, "BLOCK_N": 32, "NUM_WARPS": 8, "NUM_STAGES": 4},
+    {"BLOCK_H": 16, "BLOCK_N": 128, "NUM_WARPS": 4, "NUM_STAGES": 2},
+    {"MERGE_H": 8, "MERGE_D": 32, "SPLIT_WAVES": 0.5},
+]
 KDA_SOLUTION_INVALID = [
     {"NUM_WARPS_PREP": 4, "PREP_GLUON": 0},  # not a choice: entry() refuses it
     {"AKK_BF16": 1, "INV_PRECISION": "tf32"},  # entry() refuses it
@@ -97,14 +112,17 @@ KDA_SOLUTION_VALID = [
 ]
 
 
-@pytest.mark.parametrize(("problem", "changes", "valid"),
-                         [("mla_decode", c, False) for c in MLA_SOLUTION_INVALID]
-                         + [("mla_decode", c, True) for c in MLA_SOLUTION_VALID]
-                         + [("kda", c, False) for c in KDA_SOLUTION_INVALID]
-                         + [("kda", c, True) for c in KDA_SOLUTION_VALID])
-def test_configurations_known_to_fail_are_ruled_out_and_known_good_ones_kept(problem: str, changes: dict[str, Any],
+@pytest.mark.parametrize(("problem", "kind", "changes", "valid"),
+                         [("mla_decode", "solution", c, False) for c in MLA_SOLUTION_INVALID]
+                         + [("mla_decode", "solution", c, True) for c in MLA_SOLUTION_VALID]
+                         + [("mla_decode", "one_launch", c, False) for c in MLA_ONE_LAUNCH_INVALID]
+                         + [("mla_decode", "one_launch", c, True) for c in MLA_ONE_LAUNCH_VALID]
+                         + [("kda", "solution", c, False) for c in KDA_SOLUTION_INVALID]
+                         + [("kda", "solution", c, True) for c in KDA_SOLUTION_VALID])
+def test_configurations_known_to_fail_are_ruled_out_and_known_good_ones_kept(problem: str, kind: str,
+                                                                             changes: dict[str, Any],
                                                                              valid: bool) -> None:
-    space, current = _space(problem, "solution")
+    space, current = _space(problem, kind)
     assert space.valid({**current, **changes}) is valid, [c.why for c in space.violated({**current, **changes})]
 
 

@@ -85,31 +85,11 @@ def test_one_split_writes_the_output_directly(tmp_path: Path) -> None:
     {"BLOCK_H": 16, "BLOCK_N": 32, "PARTIAL_BF16": 1},   # one full head group at small, a masked one at odd
     {"BLOCK_H": 32, "BLOCK_N": 64, "SPLIT_WAVES": 2.0},
     {"PARTIAL_BF16": 0, "COMBINE_BLOCK_D": 64, "COMBINE_NUM_WARPS": 1},
-    {"ONE_LAUNCH": 1},  # the split kernel merges (the last program of each head group, under the interpreter)
-    {"ONE_LAUNCH": 1, "BLOCK_H": 16, "BLOCK_N": 32, "PARTIAL_BF16": 0},  # several head groups, masked heads at odd
 ])
 def test_other_configurations_are_correct(tmp_path: Path, config: dict[str, object]) -> None:
     module = variant(tmp_path, **config)
     for shape in ("small", "odd"):
         run_checked(module, shape, seed=11)
-
-
-@interpreted
-def test_one_launch_merges_in_the_split_kernel_and_zeroes_its_counters(tmp_path: Path) -> None:
-    """ONE_LAUNCH: no combine kernel runs, the outputs are right call after call (a counter left non-zero would
-    make the next call's merge never happen), and the counters read zero between calls."""
-    module = variant(tmp_path, ONE_LAUNCH=1, BLOCK_H=16, BLOCK_N=32)
-
-    def no_combine(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the combine kernel ran")
-
-    module.mla_combine_kernel = type("Refused", (), {"__getitem__": lambda self, grid: no_combine})()
-    for seed in (1, 2, 3):
-        run_checked(module, "small", seed=seed)
-    assert module._COUNTERS and all(int(c.abs().sum()) == 0 for c in module._COUNTERS.values())
-    assert module.merge_plan(128, on_gpu=True) == (4, 64)  # B = 1 at bench: 16 x 8 = 128 mergers, one a split
-    assert module.merge_plan(6, on_gpu=True) == (16, 128)  # few splits: fewer, larger mergers
-    assert module.merge_plan(6, on_gpu=False) == (16, 512)  # the interpreter: the last program merges alone
 
 
 @interpreted
