@@ -458,6 +458,8 @@ def _faster_than_its_kernels(report: ProfileResult, census: dict[str, Any]) -> s
     if timing is None or not isinstance(kernel_us, (int, float)) or kernel_us <= 0:
         return None
     median = timing.median_us
+    if median is None:
+        return None
     if (timing.l2 or "cold") != "cold":
         return None  # a warm median may rightly beat kernels timed with flushed caches
     if median >= CENSUS_TIME_RATIO * kernel_us:

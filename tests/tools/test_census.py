@@ -80,12 +80,16 @@ def test_census_outputs_are_checked_against_the_reference() -> None:
 
 def test_a_cold_median_far_below_its_kernels_under_ncu_is_refused() -> None:
     from server.service import CENSUS_TIME_RATIO, _faster_than_its_kernels
+    from tools.reports import ProfileResult
+
+    def profiled(**timing: object) -> ProfileResult:
+        return ProfileResult.model_validate({"problem": "mla_decode", "shape": "bench", "ok": True, "timing": timing})
 
     census = {"status": "passed", "kernel_us_per_call": 20.0}
-    assert _faster_than_its_kernels({"timing": {"median_us": 19.5}}, census) is None
-    assert _faster_than_its_kernels({"timing": {"median_us": 20.0 * CENSUS_TIME_RATIO * 1.01}}, census) is None
-    why = _faster_than_its_kernels({"timing": {"median_us": 2.0}}, census)
+    assert _faster_than_its_kernels(profiled(median_us=19.5), census) is None
+    assert _faster_than_its_kernels(profiled(median_us=20.0 * CENSUS_TIME_RATIO * 1.01), census) is None
+    why = _faster_than_its_kernels(profiled(median_us=2.0), census)
     assert why is not None and "under-report" in why
     # Warm timings and censuses without durations (older log entries) are not compared.
-    assert _faster_than_its_kernels({"timing": {"median_us": 2.0, "l2": "warm"}}, census) is None
-    assert _faster_than_its_kernels({"timing": {"median_us": 2.0}}, {"status": "passed"}) is None
+    assert _faster_than_its_kernels(profiled(median_us=2.0, l2="warm"), census) is None
+    assert _faster_than_its_kernels(profiled(median_us=2.0), {"status": "passed"}) is None
