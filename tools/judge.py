@@ -42,6 +42,7 @@ STASH_BYTES = 4 << 30  # outputs kept on the candidate's GPU per batch of reps (
 MAX_BATCH = 256
 CHECK_BYTES = 768 << 20  # outputs fetched and compared over a profile's timed reps: about 1 s of transfers
 MIN_CHECKS, MAX_CHECKS = 6, 256  # a rep that skips its work half the time survives 6 checks with p = 1/64
+OUTPUT_WAIT_S = 0.5  # after a candidate's process ended, for its output's last bytes to arrive
 BASELINE_FRESH_S = 600.0  # a baseline timing this young is re-used (tools.judge._time_baseline)
 CALIBRATION_FRESH_S = 600.0  # likewise the calibration of a rep's untimed work, per problem and shape
 REFERENCE_BUDGET_S = 1.5  # references computed for the checked timed reps, beyond MIN_CHECKS of them
@@ -103,8 +104,10 @@ class Session:
         return self.exit_status
 
     def output(self, limit: int = 2000) -> dict[str, Any]:
-        """What the candidate printed (the last `limit` bytes, and how many it printed in all)."""
-        return self.spawned.output.snapshot(limit)
+        """What the candidate printed (the last `limit` bytes, and how many it printed in all). After the process
+        ended, its last writes are waited for; a live process (kept for a repeat profile) has nothing to flush,
+        and waiting for its pipe to close cost every such profile 0.5 s (OUTPUT_WAIT_S)."""
+        return self.spawned.output.snapshot(limit, wait_s=OUTPUT_WAIT_S if self.exit_status is not None else 0.0)
 
 
 def _raise_error(header: dict[str, Any]) -> None:

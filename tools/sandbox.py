@@ -20,13 +20,16 @@ detached, so nothing a candidate leaves behind runs into the next job or the bas
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
 import sys
+import termios
 import threading
 import time
 from dataclasses import dataclass
@@ -52,36 +55,68 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+DRAIN_WAIT_S = 0.1  # the longest a live process's already written output is waited for
+
+
+def _pending(fd: int) -> bool:
+    """Whether the pipe `fd` holds bytes not yet read (FIONREAD); False once it is closed."""
+    try:
+        count = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False
+    return int.from_bytes(count, sys.byteorder) > 0
+
+
 class OutputTail:
     """What a candidate prints, drained from its pipe by a thread of the judge: the last `keep` bytes and the
-    count. A candidate that prints without end costs a thread's reads, never a full disk or a blocked write."""
+    count. A candidate that prints without end costs a thread's reads, never a full disk or a blocked write.
+
+    The thread reads only when the pipe is readable and holds the lock from the read to the count, so that with
+    the lock held an empty pipe means every byte written so far is counted: what `snapshot` of a live process
+    (one kept for a repeat profile) relies on, instead of waiting for a close that does not come."""
 
     def __init__(self, fd: int, keep: int = 4096) -> None:
         self.keep = keep
         self.total = 0
         self._tail = b""
         self._lock = threading.Lock()
+        self._fd = fd
+        self._closed = False
         self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="candidate-output")
         self._thread.start()
 
     def _drain(self, fd: int) -> None:
         try:
+            poller = select.poll()  # not select(): no limit on the descriptor's number
+            poller.register(fd, select.POLLIN)
             while True:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return
+                poller.poll()
                 with self._lock:
+                    chunk = os.read(fd, 1 << 16)  # readable: returns at once, with bytes or at the end
+                    if not chunk:
+                        return
                     self.total += len(chunk)
                     self._tail = (self._tail + chunk)[-self.keep:]
-        except OSError:
+        except (OSError, ValueError):
             return
         finally:
-            os.close(fd)
+            with self._lock:
+                self._closed = True
+                os.close(fd)
 
     def snapshot(self, limit: int = 2000, wait_s: float = 0.5) -> dict[str, Any]:
-        self._thread.join(timeout=wait_s)  # after the process ended, let the last writes arrive
-        with self._lock:
-            return {"output_bytes": self.total, "output_tail": self._tail[-limit:].decode("utf-8", "replace")}
+        """The tail so far. `wait_s`: how long to wait for the pipe to close (after the process ended, its last
+        writes). With 0, for a process that lives on, what its pipe already holds is counted first (waiting at
+        most DRAIN_WAIT_S for a process that prints without end)."""
+        if wait_s > 0:
+            self._thread.join(timeout=wait_s)
+        deadline = time.monotonic() + DRAIN_WAIT_S
+        while True:
+            with self._lock:
+                if self._closed or not _pending(self._fd) or time.monotonic() >= deadline:
+                    return {"output_bytes": self.total,
+                            "output_tail": self._tail[-limit:].decode("utf-8", "replace")}
+            time.sleep(0.001)
 
 
 class ZygoteLost(RuntimeError):

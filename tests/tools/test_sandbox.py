@@ -138,3 +138,31 @@ def test_a_candidate_process_is_reaped_with_everything_it_started(tmp_path: Path
                 os.kill(daemon, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_live_processs_output_is_read_without_waiting_for_its_pipe_to_close() -> None:
+    """A process kept for a repeat profile is alive when its output is read: what it wrote is there, and the read
+    does not wait out the pipe's close (it cost every repeat profile 0.5 s)."""
+    from types import SimpleNamespace
+
+    from tools.judge import OUTPUT_WAIT_S, Session
+    from tools.sandbox import OutputTail
+
+    read_end, write_end = os.pipe()
+    tail = OutputTail(read_end)
+    try:
+        os.write(write_end, b"compiled 3 kernels\n" * 100)
+        t0 = time.monotonic()
+        out = tail.snapshot(wait_s=0.0)
+        assert time.monotonic() - t0 < OUTPUT_WAIT_S / 2
+        assert out["output_bytes"] == 1900 and out["output_tail"].endswith("compiled 3 kernels\n")
+    finally:
+        os.close(write_end)
+
+    waits: list[float] = []
+    recorder = SimpleNamespace(snapshot=lambda limit, wait_s: waits.append(wait_s) or {})
+    session = Session(sandbox=None, spawned=SimpleNamespace(output=recorder), deadline=0.0)  # type: ignore[arg-type]
+    session.output()
+    session.exit_status = "exited with code 0"
+    session.output()
+    assert waits == [0.0, OUTPUT_WAIT_S], "only an ended process's pipe is waited for"
