@@ -101,10 +101,11 @@ def _failed(summary: str, model: BaseModel, report: dict[str, Any]) -> CallToolR
                           structured_content=model.model_dump(mode="json", by_alias=True), is_error=True)
 
 
-def _job_reply(report: models.Report, model_type: type[models.Report], summary: str, ok: bool) -> CallToolResult:
-    """A job tool's answer: the text summary and the typed report, published; an error result unless `ok`."""
-    model = models.published(model_type, report)
-    return _ok(summary, model) if ok else _failed(summary, model, report.as_dict())
+def _job_reply(fields: dict[str, Any], model_type: type[models.Report], summary: str, ok: bool) -> CallToolResult:
+    """A job tool's answer: the text summary and the typed report (`fields`, its `as_dict()`), published; an
+    error result unless `ok`."""
+    model = models.published(model_type, fields)
+    return _ok(summary, model) if ok else _failed(summary, model, fields)
 
 
 @contextlib.contextmanager
@@ -179,8 +180,9 @@ def build_app(service: Service, *, heartbeat_s: float | None = None, process_ses
             c = who(ctx)
             report = await run_blocking(ctx, tool, lambda progress, cancel: call(c, progress, cancel), beat,
                                         **({} if stoppable else {"cancel_grace_s": 0}))
-            _internal(tool, report.as_dict())
-            return _job_reply(report, model, summary(report.as_dict()), succeeded(report))
+            fields = report.as_dict()
+            _internal(tool, fields)
+            return _job_reply(fields, model, summary(fields), succeeded(report))
 
     async def notes_for(problem: str | None, shape: str | None) -> list[dict[str, Any]]:
         notes = await anyio.to_thread.run_sync(lambda: service.notes(problem=problem, limit=20))

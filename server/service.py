@@ -22,7 +22,17 @@ from state.events import outcome_for
 from tools import guard
 from tools.compiler import compile_candidate
 from tools.pool import WorkerPool
-from tools.reports import BaselineResult, CompileMessage, CompileResult, HotspotsResult, ProfileResult, Timing, received
+from tools.reports import (
+    BaselineResult,
+    CompileMessage,
+    CompileResult,
+    HotspotsResult,
+    ProfileResult,
+    Timing,
+    UndeclaredFields,
+    built,
+    received,
+)
 from tools.timing import L2_REGIMES
 
 Progress = Callable[[dict[str, Any]], None]
@@ -126,27 +136,27 @@ class Service:
                  intent_id: int) -> int:
         cls = report.error_class
         outcome = outcome_for(tool, bool(report.ok), cls)
-        # A compile report has none of a profile's fields: it reads as a profile with none set.
-        profile = report if isinstance(report, ProfileResult) else ProfileResult.model_validate(
-            {"problem": report.problem, "shape": report.shape, "ok": report.ok})
-        timing, baseline, device = profile.timing, profile.baseline, profile.device
-        payload = {
+        payload: dict[str, Any] = {
             "problem": report.problem, "shape": report.shape, "source_sha": sha, "tool": tool,
-            "outcome": outcome, "error_class": cls,
-            "error": _first_error(report), "error_line": profile.error_line,
-            "max_rel_err": profile.max_rel_err, "median_us": timing.median_us if timing else None,
-            "spread_pct": timing.spread_pct if timing else None, "timing_mode": timing.mode if timing else None,
-            "l2": timing.l2 if timing else None,
-            "speedup": profile.speedup,
-            "baseline": baseline.name if baseline else None,
-            "baseline_us": baseline.median_us if baseline else None,
-            "device": device.get("name", "cpu") if device is not None else "none",
-            "intent_id": intent_id,
-            # Only the judge's own verdict, with every check passed, is verified (state.events ATTEMPT).
-            "verified": tool == "profile" and profile.verified is True and outcome == "correct",
-            "verification": (profile.verification or {}).get("by") if profile.verified else None,
+            "outcome": outcome, "error_class": cls, "error": _first_error(report), "error_line": None,
+            "max_rel_err": None, "median_us": None, "spread_pct": None, "timing_mode": None, "l2": None,
+            "speedup": None, "baseline": None, "baseline_us": None, "device": "none", "intent_id": intent_id,
+            "verified": False, "verification": None,
         }
-        if isinstance(report, CompileResult):
+        if isinstance(report, ProfileResult):
+            timing, baseline = report.timing, report.baseline
+            # Only the judge's own verdict, with every check passed, is verified (state.events ATTEMPT).
+            verified = report.verified is True and outcome == "correct"
+            payload.update({
+                "error_line": report.error_line, "max_rel_err": report.max_rel_err,
+                "median_us": timing.median_us if timing else None, "spread_pct": timing.spread_pct if timing else None,
+                "timing_mode": timing.mode if timing else None, "l2": timing.l2 if timing else None,
+                "speedup": report.speedup, "baseline": baseline.name if baseline else None,
+                "baseline_us": baseline.median_us if baseline else None,
+                "device": report.device.get("name", "cpu") if report.device is not None else "none",
+                "verified": verified,
+                "verification": (report.verification or {}).get("by") if report.verified else None})
+        else:
             payload["kernels"] = [{k: getattr(kern, k) for k in ("name", "registers", "spill_bytes", "shared_bytes",
                                                                   "uses_wgmma", "uses_tma", "num_warps", "num_stages")}
                                   for kern in report.kernels]
@@ -398,9 +408,8 @@ def _logged_baseline(event: Any) -> BaselineResult | None:
     if event is None:
         return None
     try:
-        return BaselineResult.model_validate({**event.payload["results"], "cached": True,
-                                              "cached_event_id": event.id})
-    except ValidationError:
+        return built(BaselineResult, {**event.payload["results"], "cached": True, "cached_event_id": event.id})
+    except (ValidationError, UndeclaredFields):
         return None
 
 

@@ -14,11 +14,11 @@ from typing import Any
 from kernels import get_problem
 from kernels.spec import as_outputs, compare
 from tools import telemetry
-from tools.reports import BaselineResult
+from tools.reports import BaselineResult, built
 
 
 def run_baselines(worker: Any, job: dict[str, Any]) -> BaselineResult:
-    return BaselineResult.model_validate(_baselines(worker, job))
+    return built(BaselineResult, _baselines(worker, job))
 
 
 def _baselines(worker: Any, job: dict[str, Any]) -> dict[str, Any]:

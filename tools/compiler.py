@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from tools import guard
 from tools.candidate import source_sha, write_candidate
 from tools.environment import project_root, scrubbed_env
-from tools.reports import CompileResult
+from tools.reports import CompileResult, UndeclaredFields, built
 
 TARGET = "cuda:sm_90"
 CAPTURE_TIMEOUT_S = 180.0
@@ -172,7 +172,7 @@ def _cached(cache_file: Path | None) -> CompileResult | None:
     if cache_file is None or not cache_file.exists():
         return None
     try:
-        return CompileResult.model_validate(json.loads(cache_file.read_text()))
+        return built(CompileResult, json.loads(cache_file.read_text()))
     except (OSError, ValueError):
         return None
 
@@ -180,8 +180,8 @@ def _cached(cache_file: Path | None) -> CompileResult | None:
 def _finish(fields: dict[str, Any], cache_file: Path | None, started: float) -> CompileResult:
     """The report, typed (the schema check on what the capture and AOT steps sent back) and cached."""
     try:
-        report = CompileResult.model_validate({**fields, "cached": False})
-    except ValidationError as exc:
+        report = built(CompileResult, {**fields, "cached": False})
+    except (ValidationError, UndeclaredFields) as exc:
         report = CompileResult.model_validate({
             **{k: fields[k] for k in ("problem", "shape", "target", "source_sha", "triton")}, "ok": False,
             "kernels": [], "error_class": "internal_error", "cached": False,

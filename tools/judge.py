@@ -28,7 +28,7 @@ from kernels import get_problem
 from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
-from tools.reports import ProfileResult
+from tools.reports import ProfileResult, built
 from tools.sandbox import Sandbox, Spawned
 from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, commitment, raise_clocks, summarize
 
@@ -227,7 +227,7 @@ def primary_baseline(problem: Problem, requested: str | None) -> tuple[Any, str 
 def run_profile(worker: Any, job: dict[str, Any]) -> ProfileResult:
     """The judge's verdict on one candidate, typed here: a report the schema does not fit is the judge's own fault
     (the worker answers it as an internal error)."""
-    return ProfileResult.model_validate(_judge(worker, job))
+    return built(ProfileResult, _judge(worker, job))
 
 
 def _judge(worker: Any, job: dict[str, Any]) -> dict[str, Any]:

@@ -109,12 +109,21 @@ def declared_only(model_type: type[BaseModel], value: Any) -> Any:
     return value
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def built(model: type[M], fields: dict[str, Any]) -> M:
+    """The typed report of the fields the work produced, where it produced them (the judge, the compiler, the
+    baseline job, the hotspots op); undeclared fields are `declared_only`'s to handle."""
+    return model.model_validate(declared_only(model, fields))
+
+
 def received(model: type[R], answer: dict[str, Any], **known: Any) -> R:
     """`answer` (a worker's profile, baseline or hotspots report, as JSON came back over the pipe) as `model`,
-    `known` filling what it lacks (a pool fault names no problem). Undeclared fields are `declared_only`'s to
-    handle; one that does not fit the schema otherwise is a fault of ours, reported as an internal error."""
+    `known` filling what it lacks (a pool fault names no problem). One that does not fit the schema is a fault of
+    ours, reported as an internal error."""
     try:
-        return model.model_validate(declared_only(model, {**known, **answer}))
+        return built(model, {**known, **answer})
     except (ValidationError, UndeclaredFields) as exc:
         return model.model_validate({**known, "ok": False, "error_class": "internal_error",
                                      "error": f"the report does not fit {model.__name__}: {exc}"[:2000]})

@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tools.reports import HotspotsResult, Report
+from tools.reports import HotspotsResult, Report, built
 
 LOG_NAME = "worker_output.log"
 FATAL_CUDA_MARKERS = ("illegal memory access", "illegal address", "device-side assert", "unspecified launch failure",
@@ -124,7 +124,7 @@ class Worker:
             shape = job.get("shape") or "bench"
             found = ncu_hotspots(job["problem"], job["source"], shape, top=int(job.get("top", 15)),
                                  save_dir=Path(save) if save else None)
-            return HotspotsResult.model_validate({"problem": job["problem"], "shape": shape, **found})
+            return built(HotspotsResult, {"problem": job["problem"], "shape": shape, **found})
         return {"ok": False, "error": f"unknown job op {op!r}", "error_class": "error"}
 
     def ensure_timer(self) -> Any:

@@ -13,9 +13,10 @@ import torch
 
 from client.tuner import tune_space
 from kernels import PROBLEMS_DIR
-from kernels.mla_decode.problem import D_LATENT, PROBLEM
+from kernels.mla_decode.problem import PROBLEM
 from kernels.spec import compare
 from tests.candidates import configured_variant, interpreted, load_candidate
+from tests.kernels.mla_common import run_checked
 from tools import guard
 
 SOURCE_PATH = PROBLEMS_DIR / "mla_decode" / "one_launch.py"
@@ -28,19 +29,6 @@ def candidate() -> ModuleType:
 
 def variant(tmp_path: Path, **config: object) -> ModuleType:
     return configured_variant(SOURCE_PATH, tmp_path, **config)
-
-
-def run_checked(module: ModuleType, shape: str, seed: int = 0) -> None:
-    q, kv = PROBLEM.inputs(shape, seed, "cpu")
-    q_before, kv_before = q.clone(), kv.clone()
-    with guard.candidate_guard():
-        out = module.entry(q, kv)
-    dims = PROBLEM.dims(shape)
-    assert out.shape == (dims["B"], dims["H"], D_LATENT) and out.dtype == q.dtype
-    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
-    assert verdict["ok"], verdict
-    assert verdict["rel_err"] < 1e-5, "float32 on the CPU should be exact but for rounding"
-    assert torch.equal(q, q_before) and torch.equal(kv, kv_before)
 
 
 def refuse(module: ModuleType, kernel: str) -> None:

@@ -10,9 +10,10 @@ import torch
 
 from client.tuner import tune_space
 from kernels import solution_path
-from kernels.mla_decode.problem import D_LATENT, PROBLEM
+from kernels.mla_decode.problem import PROBLEM
 from kernels.spec import compare
 from tests.candidates import configured_variant, interpreted, load_candidate
+from tests.kernels.mla_common import run_checked
 from tools import guard
 from tools.compiler import compile_candidate
 
@@ -28,19 +29,6 @@ def solution() -> ModuleType:
 def variant(tmp_path: Path, **config: object) -> ModuleType:
     assert SOURCE_PATH is not None
     return configured_variant(SOURCE_PATH, tmp_path, **config)
-
-
-def run_checked(module: ModuleType, shape: str, seed: int = 0) -> None:
-    q, kv = PROBLEM.inputs(shape, seed, "cpu")
-    q_before, kv_before = q.clone(), kv.clone()
-    with guard.candidate_guard():
-        out = module.entry(q, kv)
-    dims = PROBLEM.dims(shape)
-    assert out.shape == (dims["B"], dims["H"], D_LATENT) and out.dtype == q.dtype
-    verdict = compare(out, PROBLEM.reference(q, kv)[0], PROBLEM.tolerance)
-    assert verdict["ok"], verdict
-    assert verdict["rel_err"] < 1e-5, "float32 on the CPU should be exact but for rounding"
-    assert torch.equal(q, q_before) and torch.equal(kv, kv_before)
 
 
 def test_solution_passes_the_static_guard() -> None:
