@@ -327,7 +327,7 @@ class Service:
                         "driver": device.get("driver"), "torch": device.get("torch"),
                         "triton": device.get("triton")}
         key = keys.baseline(cache_fields)
-        report = None if refresh else _logged_baseline(self.log.by_key(key))
+        report = None if refresh else _logged_baseline(self.log.key_versions(key))
         if report is None:
             report = received(BaselineResult, self.pool.run({"op": "baseline", "problem": problem, "shape": shape},
                                                             progress=progress, cancel=cancel),
@@ -337,7 +337,7 @@ class Service:
             if report.ok and timed:
                 self.log.append("baseline", {"problem": problem, "shape": shape, **cache_fields,
                                              "results": report.as_dict()}, run_id=run_id,
-                                key=key if not refresh else f"{key}:{uuid.uuid4().hex}")
+                                key=key if self.log.by_key(key) is None else f"{key}:{uuid.uuid4().hex}")
         self._result("baseline", intent, report.ok, report.as_dict(), report.error, run_id)
         return report
 
@@ -402,15 +402,16 @@ class Service:
         return self.log.notes(problem=problem, run_id=run_id, limit=limit)
 
 
-def _logged_baseline(event: Any) -> BaselineResult | None:
-    """The baseline report a `baseline` event holds, answered from the log; None when there is none, or when it
-    no longer fits the schema (then it is measured again)."""
-    if event is None:
-        return None
-    try:
-        return built(BaselineResult, {**event.payload["results"], "cached": True, "cached_event_id": event.id})
-    except (ValidationError, UndeclaredFields):
-        return None
+def _logged_baseline(events: list[Any]) -> BaselineResult | None:
+    """The newest baseline report kept under a cache key (a refresh, or a measurement that replaced an entry the
+    schema no longer reads, is kept as a version of the key); None when none is readable: then it is measured
+    again, once, since the new measurement becomes the newest version."""
+    for event in events:
+        try:
+            return built(BaselineResult, {**event.payload["results"], "cached": True, "cached_event_id": event.id})
+        except (ValidationError, UndeclaredFields):
+            continue
+    return None
 
 
 def _set_census(report: ProfileResult, census: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,8 @@ SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA", "OFF")
 
 _COLUMNS = 'id, ts, run_id, kind, payload, "key"'
 _BY_KEY = f'SELECT {_COLUMNS} FROM events WHERE "key" = ?'
+# A key and its versions ("K" and "K:<suffix>"): a range over the unique index, ";" being the character after ":".
+_KEY_VERSIONS = f'SELECT {_COLUMNS} FROM events WHERE "key" = ? OR ("key" > ? AND "key" < ?) ORDER BY id DESC'
 EventSpec = tuple  # (kind, payload) | (kind, payload, run_id) | (kind, payload, run_id, key)
 
 
@@ -266,6 +268,13 @@ class EventLog:
         with self._lock:
             row = self._c().execute(_BY_KEY, (key,)).fetchone()
         return _row_event(row, existed=True) if row else None
+
+    def key_versions(self, key: str) -> list[Event]:
+        """The events stored under `key` or a version of it (`key:<suffix>`), newest first: a cached result that a
+        later one (a refresh, or a measurement that replaced an entry no longer readable) supersedes."""
+        with self._lock:
+            rows = self._c().execute(_KEY_VERSIONS, (key, f"{key}:", f"{key};")).fetchall()
+        return [_row_event(r, existed=True) for r in rows]
 
     def events(
         self,

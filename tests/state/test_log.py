@@ -94,6 +94,16 @@ def test_idempotent_append_returns_stored_event() -> None:
         assert len(log.events()) == 2
 
 
+def test_key_versions_are_the_key_and_its_suffixed_versions_newest_first() -> None:
+    with EventLog() as log:
+        base = log.append(NOTE, {"text": "first"}, key="baseline:ab")
+        log.append(NOTE, {"text": "a longer key"}, key="baseline:abc")
+        log.append(NOTE, {"text": "a key it extends"}, key="baseline:a")
+        version = log.append(NOTE, {"text": "second"}, key="baseline:ab:0f")
+        assert [e.id for e in log.key_versions("baseline:ab")] == [version.id, base.id]
+        assert log.key_versions("baseline:zz") == []
+
+
 def test_append_many_is_atomic_and_dedupes_keys() -> None:
     with EventLog() as log:
         log.append(NOTE, {"text": "pre"}, key="k0")
