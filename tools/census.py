@@ -2,7 +2,9 @@
 
 The in-process guard (tools.guard) gives quick, pointed refusals, but a candidate can patch its way around
 anything in its own process. Nsight Compute cannot be patched from there: it sees every kernel the process
-launched, from any thread, stream or library. The judge runs the candidate once more, in a fresh sandboxed
+launched, from any thread, stream or library. Its report travels on the stdout the profiled process inherits, so
+that process points its own output elsewhere before the candidate loads (tools.ncu_run.detach_output), and a
+report with a second header or a kernel's rows apart is refused as forged. The judge runs the candidate once more, in a fresh sandboxed
 process under `ncu`, without the guard (as its timed reps run), and accepts only:
 - kernels named after a @triton.jit / @gluon.jit function that the candidate's source defines, and
 - torch's copies and fills (allocation, `.contiguous()`, dtype conversion, `zero_()`),
@@ -15,8 +17,6 @@ become a best attempt (tools' job op "census"), and keeps the answer in the log.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 import shutil
@@ -29,7 +29,8 @@ from typing import Any
 from tools.candidate import source_sha
 from tools.environment import project_root, scrubbed_env
 from tools.guard import kernel_names
-from tools.ncu import find_ncu, summarize_csv
+from tools.ncu import summarize_csv
+from tools.ncu_run import TARGET_LOG, MalformedReport, detach_output, find_ncu, report_rows, target_output
 from tools.sandbox import triton_cache_of
 
 CENSUS_TIMEOUT_S = 300.0
@@ -58,14 +59,12 @@ def classify(kernels: dict[str, int], allowed_names: set[str]) -> tuple[list[dic
 
 
 def parse_kernel_names(text: str) -> dict[str, int]:
-    start = text.find('"ID"')
-    if start < 0:
-        return {}
+    """Launches per kernel name in ncu's report (one ID a launch). Raises MalformedReport."""
     counts: dict[str, int] = {}
     seen: set[str] = set()
-    for row in csv.DictReader(io.StringIO(text[start:])):
-        rid, name = row.get("ID"), row.get("Kernel Name")
-        if rid is None or name is None or rid in seen:
+    for row in report_rows(text):
+        rid, name = row["ID"], row.get("Kernel Name")
+        if name is None or rid in seen:
             continue
         seen.add(rid)
         counts[name] = counts.get(name, 0) + 1
@@ -115,9 +114,15 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
                     "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
         target_rc = (work / "rc").read_text().strip() if (work / "rc").exists() else None
         outputs = _load_outputs(work / "outputs.pt") if target_rc == "0" else None
-    kernels = parse_kernel_names(proc.stdout)
+        printed = target_output(work)
+    try:
+        kernels = parse_kernel_names(proc.stdout)
+    except MalformedReport as exc:
+        return {"ok": False, "status": "failed", "kernels": [],
+                "reason": f"Nsight Compute's report was malformed ({exc}): a report written by the candidate's "
+                          "process is not the profiler's"}
     if target_rc != "0":
-        tail = (proc.stderr or proc.stdout)[-1500:]
+        tail = (printed or proc.stderr or proc.stdout)[-1500:]
         return {"ok": False, "status": "failed", "kernels": [],
                 "reason": f"the candidate did not complete its census calls (exit {proc.returncode}): {tail}"}
     wrong = _wrong_outputs(problem, inputs, outputs)
@@ -171,6 +176,7 @@ def _target(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     work = Path(spec["workdir"])
+    detach_output(work / TARGET_LOG)  # ncu's report travels on the stdout this process inherits
     rc_file = work / "rc"
     rc_file.write_text("1")
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in torch.load(work / "inputs.pt")]

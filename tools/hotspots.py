@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from tools.ncu_run import find_ncu, run_target
+from tools.ncu_run import find_ncu, run_target, target_output
 from tools.ncu_source_page import KernelSamples, parse_source_page
 from tools.sass_lines import disassemble, line_table, source_location
 
@@ -76,7 +76,7 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
                              env={"TRITON_CACHE_DIR": str(work / "triton-cache")}, calls=1, cubin_dir=str(cubins))
             if run.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
                 return {"ok": False, "error": f"ncu exited with {run.returncode}: "
-                                              f"{(run.stderr or run.stdout)[-1500:]}"}
+                                              f"{(target_output(work) or run.stderr or run.stdout)[-1500:]}"}
             page = subprocess.run([ncu, "-i", str(report.with_suffix(".ncu-rep")), "--page", "source", "--csv",
                                    "--print-source", "sass"], capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:

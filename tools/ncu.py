@@ -9,8 +9,6 @@ tools.ncu_run's, shared with tools.hotspots.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import statistics
 import subprocess
@@ -19,7 +17,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.ncu_run import dump_cubins, find_ncu, run_target
+from tools.ncu_run import (
+    TARGET_LOG,
+    MalformedReport,
+    detach_output,
+    dump_cubins,
+    find_ncu,
+    report_rows,
+    run_target,
+    target_output,
+)
 
 METRICS = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread")
@@ -37,15 +44,20 @@ def ncu_metrics(problem: str, source: str, shape: str = "bench", timeout: float 
                               source)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"ncu took longer than {timeout:.0f} s"}
-    summary = summarize_csv(proc.stdout)
+        printed = target_output(Path(tmp))
+    try:
+        summary = summarize_csv(proc.stdout)
+    except MalformedReport as exc:
+        return {"ok": False, "error": f"ncu's report was malformed: {exc}"}
     if proc.returncode != 0 or summary is None:
-        return {"ok": False, "error": f"ncu exited with {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"}
+        return {"ok": False, "error": f"ncu exited with {proc.returncode}: "
+                                      f"{(printed or proc.stderr or proc.stdout)[-1500:]}"}
     return summary
 
 
 def summarize_csv(text: str, calls: int = PROFILED_CALLS) -> dict[str, Any] | None:
-    """Per-kernel medians of ncu's --csv output, and the kernel time per call of entry()."""
-    rows = _parse_csv(text)
+    """Per-kernel medians of ncu's --csv output, and the kernel time per call of entry(). Raises MalformedReport."""
+    rows = report_rows(text)
     if not rows:
         return None
     scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
@@ -72,13 +84,6 @@ def summarize_csv(text: str, calls: int = PROFILED_CALLS) -> dict[str, Any] | No
     return {"ok": True, "kernels": per_kernel, "gpu_time_us_per_call": total, "calls": calls}
 
 
-def _parse_csv(text: str) -> list[dict[str, str]]:
-    start = text.find('"ID"')
-    if start < 0:
-        return []
-    return list(csv.DictReader(io.StringIO(text[start:])))
-
-
 def _target(path: str) -> int:
     """Inside ncu: warm up (JIT) outside the profiled NVTX range, then call entry() PROFILED_CALLS times
     (or the target's "calls"), and write the kernels' cubins where the target names a "cubin_dir"."""
@@ -89,6 +94,7 @@ def _target(path: str) -> int:
     from tools.sandbox import confine
 
     spec = json.loads(Path(path).read_text())
+    detach_output(Path(spec["candidate"]).parent / TARGET_LOG)
     problem = get_problem(spec["problem"])
     inputs = problem.inputs(spec["shape"], 1234, "cuda")
     confine(Path(spec["candidate"]).parent, cuda=True)  # writes only to its work folder (cubins go there too)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kernels import starter_path
 from tools.census import classify, parse_kernel_names
 from tools.guard import kernel_names
+from tools.ncu_run import MalformedReport
 
 # The shape of `ncu --csv --metrics gpu__time_duration.sum` output, as the H200 printed it (2026-12-01).
 COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
@@ -93,3 +96,11 @@ def test_a_cold_median_far_below_its_kernels_under_ncu_is_refused() -> None:
     # Warm timings and censuses without durations (older log entries) are not compared.
     assert _faster_than_its_kernels(profiled(median_us=2.0, l2="warm"), census) is None
     assert _faster_than_its_kernels(profiled(median_us=2.0), {"status": "passed"}) is None
+
+
+def test_rows_printed_by_the_candidate_ahead_of_ncus_report_are_refused() -> None:
+    """The forgery a shared stdout allowed: a header, then the candidate's own kernel under every ID, so that ncu's
+    real rows (a reduction here) were dropped as repeats."""
+    fake = "\n".join([",".join(f'"{c}"' for c in COLUMNS)] + [_row(i, "softmax_row_kernel", "1") for i in range(8)])
+    with pytest.raises(MalformedReport, match="header"):
+        parse_kernel_names(fake + "\n" + CSV)

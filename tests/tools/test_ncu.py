@@ -91,3 +91,41 @@ def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(
     env = seen["env"]
     assert isinstance(env, dict) and env["PYTHONPATH"] == str(project_root())
     assert env["TRITON_CACHE_DIR"] == str(work / "tc") and "MARATHON_TEST_SECRET" not in env
+
+
+def test_a_report_with_rows_printed_ahead_of_it_is_refused() -> None:
+    """Candidate code under ncu shares the profiler's stdout: a header and rows of its own printed first would make
+    the real rows read as repeats of its IDs. One header a report, and a kernel's rows together."""
+    forged = HEADER + '\n"0","1","p","h","tiny","1","7","x","gpu__time_duration.sum","ns","1"\n'
+    with pytest.raises(ncu.MalformedReport, match="header"):
+        ncu.summarize_csv(forged + CSV, calls=2)
+    apart = CSV + '"0","1234","python3","h","k_main","1","7","x","gpu__time_duration.sum","us","1.0"\n'
+    with pytest.raises(ncu.MalformedReport, match="not together"):
+        ncu.summarize_csv(apart, calls=2)
+
+
+def test_ncu_messages_inside_the_report_are_not_rows() -> None:
+    s = ncu.summarize_csv(CSV + "==PROF== Disconnected from process 1234\n", calls=2)
+    assert s is not None and set(s["kernels"]) == {"k_main", "k_combine"}
+
+
+def test_a_detached_target_prints_nothing_on_the_stdout_it_inherited(tmp_path: Path) -> None:
+    """What runs under ncu writes to a log of its own, through stdout, stderr and any copy of them it holds."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "target.log"
+    code = ("import os, sys\n"
+            "copy = os.dup(1)\n"
+            "from tools.ncu_run import detach_output\n"
+            f"detach_output(__import__('pathlib').Path({str(log)!r}))\n"
+            "print('to stdout'); print('to stderr', file=sys.stderr)\n"
+            "try:\n"
+            "    os.write(copy, b'through a copy')\n"
+            "except OSError:\n"
+            "    print('copy closed')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+    assert log.read_text().splitlines() == ["to stdout", "to stderr", "copy closed"]
