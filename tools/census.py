@@ -4,8 +4,8 @@ The in-process guard (tools.guard) gives quick, pointed refusals, but a candidat
 anything in its own process. Nsight Compute cannot be patched from there: it sees every kernel the process
 launched, from any thread, stream or library. Its report travels on the stdout the profiled process inherits, so
 that process points its own output elsewhere before the candidate loads (tools.ncu_run.detach_output), and a
-report with a second header or a kernel's rows apart is refused as forged. The judge runs the candidate once more, in a fresh sandboxed
-process under `ncu`, without the guard (as its timed reps run), and accepts only:
+report with a second header or a kernel's rows apart is refused as forged. The judge runs the candidate once
+more, in a fresh sandboxed process under `ncu`, without the guard (as its timed reps run), and accepts only:
 - kernels named after a @triton.jit / @gluon.jit function that the candidate's source defines, and
 - torch's copies and fills (allocation, `.contiguous()`, dtype conversion, `zero_()`),
 so torch compute (reductions, matmuls through cuBLAS) and kernel libraries show up by name and are refused.
@@ -17,9 +17,10 @@ become a best attempt (tools' job op "census"), and keeps the answer in the log.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,8 +33,11 @@ from tools.guard import kernel_names
 from tools.ncu import summarize_csv
 from tools.ncu_run import TARGET_LOG, MalformedReport, detach_output, find_ncu, report_rows, target_output
 from tools.sandbox import triton_cache_of
+from tools.written import read_written
 
 CENSUS_TIMEOUT_S = 300.0
+OUTPUTS_LIMIT_BYTES = 4 << 30  # the census run's outputs, as the profile's (tools.judge.OUTPUT_LIMIT_BYTES)
+CACHE_COPY_LIMIT_BYTES = 1 << 30
 CALLS = 2
 # torch kernels that only move or fill memory (what the guard's allowed aten ops launch).
 COPY_KERNELS = re.compile(r"(FillFunctor|direct_copy_kernel|CatArrayBatchedCopy|copy_kernel|"
@@ -96,8 +100,8 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         # The kernels this source compiled in its profile: copied, not shared, since the target may only write
         # to its own folder, and recompiling them is most of a census's time.
         compiled = triton_cache_of(worker.sandbox.root, source_sha(source))
-        if compiled.is_dir():
-            shutil.copytree(compiled, work / "triton-cache", dirs_exist_ok=True)
+        if compiled.is_dir() and not compiled.is_symlink():
+            _copy_cache(compiled, work / "triton-cache")
         spec = work / "spec.json"
         spec.write_text(json.dumps({"workdir": str(work)}))
         env = scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
@@ -112,7 +116,8 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             return {"ok": False, "status": "failed",
                     "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
-        target_rc = (work / "rc").read_text().strip() if (work / "rc").exists() else None
+        rc = read_written(work / "rc", 16)  # the target's folder: what the candidate left there, links included
+        target_rc = rc.decode("ascii", "replace").strip() if rc is not None else None
         outputs = _load_outputs(work / "outputs.pt") if target_rc == "0" else None
         printed = target_output(work)
     try:
@@ -143,11 +148,30 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "status": "passed", "kernels": rows, "calls": CALLS, "kernel_us_per_call": kernel_us}
 
 
+def _copy_cache(src: Path, dst: Path) -> None:
+    """The source's Triton cache, which its candidate processes wrote: regular files and folders only (a link could
+    point the copy at /usr or /dev/zero), up to CACHE_COPY_LIMIT_BYTES in all."""
+    left = CACHE_COPY_LIMIT_BYTES
+    for folder, dirs, files in os.walk(src):  # links to folders are listed, not entered
+        rel = Path(folder).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            data = read_written(Path(folder) / name, left)
+            if data is None:
+                continue
+            left -= len(data)
+            (dst / rel / name).write_bytes(data)
+        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+
+
 def _load_outputs(path: Path) -> list[Any] | None:
     import torch
 
+    data = read_written(path, OUTPUTS_LIMIT_BYTES)
+    if data is None:
+        return None
     try:
-        loaded = torch.load(path, weights_only=True)  # tensors only: the file was written by candidate code
+        loaded = torch.load(io.BytesIO(data), weights_only=True)  # tensors only: candidate code wrote the file
     except Exception:
         return None
     return loaded if isinstance(loaded, list) else None

@@ -24,11 +24,13 @@ from tools import guard
 from tools.candidate import source_sha, write_candidate
 from tools.environment import project_root, scrubbed_env
 from tools.reports import CompileResult, UndeclaredFields, built
+from tools.written import read_written
 
 TARGET = "cuda:sm_90"
 CAPTURE_TIMEOUT_S = 180.0
 AOT_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 5.0
+RESULT_LIMIT_BYTES = 256 << 20  # a step's result file (SASS and line tables included)
 
 
 def _triton_version() -> str:
@@ -106,7 +108,12 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
         return {"ok": False, "error": {"message": f"{step} process exited with code {proc.returncode} "
                                                   f"without a result: {tail}", "line": None,
                                        "error_class": "crashed"}}
-    result: dict[str, Any] = json.loads(res.read_text())
+    data = read_written(res, RESULT_LIMIT_BYTES)  # written by the step's process, where candidate code ran
+    if data is None:
+        return {"ok": False, "error": {"message": f"{step} process left no readable result (not a regular file, "
+                                                  f"or over {RESULT_LIMIT_BYTES >> 20} MB)", "line": None,
+                                       "error_class": "crashed"}}
+    result: dict[str, Any] = json.loads(data)
     return result
 
 

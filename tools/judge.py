@@ -79,10 +79,17 @@ class Session:
     def remaining(self, cap: float) -> float:
         return max(0.1, min(cap, self.deadline - time.monotonic()))
 
-    def request(self, header: dict[str, Any], fds: list[int] | None = None, *, timeout: float) -> wire.Message:
+    def request(self, header: dict[str, Any], fds: list[int] | None = None, *, timeout: float,
+                takes_fds: bool = False) -> wire.Message:
+        """Send `header` (and `fds`, closed here) and wait for the answer. Descriptors come back only where the
+        caller `takes_fds` (outputs, which it closes); any other answer's are closed at once, so a candidate cannot
+        pin memory or use up this process's descriptors with answers that carry them."""
         try:
             wire.send(self.sock, header, fds)
-            return wire.recv(self.sock, self.remaining(timeout))
+            answer = wire.recv(self.sock, self.remaining(timeout))
+            if not takes_fds:
+                answer.close_fds()
+            return answer
         except wire.WireTimeout:
             raise Refusal("timeout", f"the candidate did not answer `{header.get('op')}` within "
                           f"{self.remaining(timeout):.0f} s (a hang?); its process was stopped") from None
@@ -359,7 +366,7 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
         return_inputs = sum(x.numel() * x.element_size() for x in tensors_in) <= RETURN_INPUTS_BELOW_BYTES
         t0 = time.perf_counter()
         answer = session.request({"op": "call", "generate": generate, "return_inputs": return_inputs},
-                                 timeout=CALL_TIMEOUT_S)
+                                 timeout=CALL_TIMEOUT_S, takes_fds=True)
         session.calls += 1
         if answer.header.get("ok") and answer.header.get("checksums") != wire.checksums(inputs):
             # Generated otherwise over there (or claimed so): send this trial's inputs instead.
@@ -367,7 +374,7 @@ def _check(worker: Any, problem: Problem, plan: list[tuple[str, int]], session: 
             session.notes.append(f"inputs of {shape} (seed {seed}) were sent: the generated ones differed")
             specs, fds = wire.pack_values(inputs)
             answer = session.request({"op": "call", "inputs": specs, "return_inputs": return_inputs}, fds,
-                                     timeout=CALL_TIMEOUT_S)
+                                     timeout=CALL_TIMEOUT_S, takes_fds=True)
         try:
             if not answer.header.get("ok"):
                 _raise_error(answer.header)
@@ -446,12 +453,19 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
     device = worker.device
     calib = calibration(worker, l2)
     seed = secrets.randbits(31)
+    key = (problem.name, shape, l2)  # a warm rep's untimed work is not a cold one's
+    held = worker.calibrations.get(key)
+    fresh = held is not None and time.monotonic() - held[0] < CALIBRATION_FRESH_S
+    if not fresh:
+        release_parked(worker)  # no candidate process may live while the judge calibrates
     t0 = time.perf_counter()
     inputs = problem.inputs(shape, seed, device)
     refs = as_outputs(problem.reference(*inputs))
     if worker.cuda:
         torch.cuda.synchronize()
-    reference_s = time.perf_counter() - t0
+    # How long a reference takes sets how many timed reps are checked: measured with no candidate process alive
+    # (a parked one could load the GPU to slow it, and so cut its own checks), then held with the calibration.
+    reference_s = held[2] if fresh and held is not None else time.perf_counter() - t0
     # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
     # candidate's: its claims would set the overhead the bracket subtracts.
     out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
@@ -463,18 +477,15 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
         return float(calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
                                        inputs, out_shapes, slots=per_batch, graph=graph))
 
-    key = (problem.name, shape, l2)  # a warm rep's untimed work is not a cold one's
-    held = worker.calibrations.get(key)
-    if held is not None and time.monotonic() - held[0] < CALIBRATION_FRESH_S:
+    if fresh and held is not None:
         overhead = held[1]
     else:
-        release_parked(worker)  # no candidate process may live while the judge calibrates
         modes = (False, True) if worker.cuda else (False,)
         if worker.cuda:
             raise_clocks()  # calibrated at the idle clock, the overhead would be the slow one
         calibrate(modes[-1])  # its first sequence's one-off costs; not kept
         overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
-        worker.calibrations[key] = (time.monotonic(), overhead)
+        worker.calibrations[key] = (time.monotonic(), overhead, reference_s)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
                       int(calib.flush_bytes), int(calib.spin_cycles), l2)
 
@@ -595,7 +606,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         chunk = max(1, wire.MAX_FDS // per)  # descriptors one message may carry
         for at in range(0, len(slots), chunk):
             part = slots[at:at + chunk]
-            fetched = session.request({"op": "fetch", "slots": part}, timeout=CALL_TIMEOUT_S)
+            fetched = session.request({"op": "fetch", "slots": part}, timeout=CALL_TIMEOUT_S, takes_fds=True)
             try:
                 outs = _receive_outputs(fetched, problem, setup_refs, per=per, device=device)
                 if len(outs) != per * len(part):
@@ -638,6 +649,9 @@ def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, job
     held = _held_baseline(worker, problem, shape, baseline, job)
     if held is not None:
         return held
+    # Whoever decided to time it, no candidate process lives while it is timed: a parked one could load the GPU
+    # (a thread of its own, while it waits) and slow the baseline, which is then held for every candidate.
+    release_parked(worker)
     l2 = job_l2(job)
     timer = calibration(worker, l2).timer
     inputs = problem.inputs(shape, secrets.randbits(31), "cuda")

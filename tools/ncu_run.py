@@ -27,6 +27,7 @@ from typing import Any
 
 from tools.candidate import jit_functions
 from tools.environment import project_root, scrubbed_env
+from tools.written import read_written
 
 TARGET_LOG = "target.log"  # in the target's folder: what it printed
 
@@ -90,10 +91,8 @@ def detach_output(log: Path) -> None:
 
 def target_output(work: Path, limit: int = 1500) -> str:
     """The last of what a target in `work` printed (its traceback, where it failed): see detach_output."""
-    try:
-        return (work / TARGET_LOG).read_text(errors="replace")[-limit:]
-    except OSError:
-        return ""
+    data = read_written(work / TARGET_LOG, limit, tail=True)
+    return data.decode("utf-8", "replace") if data else ""
 
 
 def find_ncu() -> str | None:

@@ -28,6 +28,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import termios
 import threading
@@ -361,18 +362,44 @@ def triton_cache_of(root: Path, sha: str) -> Path:
 
 
 def _source_dir(root: Path, sha: str) -> Path:
-    """`root/<sha16>/`: `work/` emptied for each process, `triton-cache/` kept for the same source."""
+    """`root/<sha16>/`: `work/` emptied for each process, `triton-cache/` kept for the same source.
+
+    The candidate may write anything beneath `root/<sha16>/`, links included (a `work` that points at the token or
+    at the project's code, so that this process, unconfined, would write the next candidate's source there): what
+    is not a plain folder of ours is removed, never followed."""
     folder = root / sha[:16]
     work = folder / "work"
-    if folder.exists() and folder.stat().st_uid != os.geteuid():
-        shutil.rmtree(folder, ignore_errors=True)  # not ours (another user's server): never reuse it
-    if work.exists():
-        shutil.rmtree(work, ignore_errors=True)
-    for d in (folder, work, folder / "triton-cache"):
+    if _is_link_or_foreign(folder):
+        _remove(folder)  # not ours (another user's server): never reuse it
+    _remove(work)
+    cache = folder / "triton-cache"
+    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
+        _remove(cache)
+    for d in (folder, work, cache):
         d.mkdir(mode=0o700, exist_ok=True)
     os.utime(folder)
     _prune(root, keep=folder)
     return work
+
+
+def _is_link_or_foreign(path: Path) -> bool:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link (not what it points at) or a folder tree (links inside it unfollowed)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _prune(root: Path, keep: Path) -> None:
@@ -420,7 +447,10 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
     os.dup2(null, 0)
     os.close(null)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.chdir(workdir)
+    # Into the folder the zygote just made, by a descriptor that refuses a link (a process of this source that
+    # outlived its reaping could have swapped one in since).
+    work_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    os.fchdir(work_fd)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name in _DROP_ENV:
         os.environ.pop(name, None)
@@ -429,9 +459,15 @@ def _candidate_main(sock: socket.socket, out_fd: int, workdir: Path, source: str
     import tempfile
 
     tempfile.tempdir = str(workdir)  # the zygote's parent may have cached /tmp, which the sandbox does not let it write
-    path = workdir / f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
-    path.write_text(source, encoding="utf-8")
+    name = f"cand_{hashlib.sha256(source.encode()).hexdigest()[:12]}.py"
     confine(workdir.parent, cuda=os.environ.get("TRITON_INTERPRET") != "1")
+    # Written once the sandbox is closed, new and not through a link: whatever the folder holds, this write lands
+    # only where the candidate itself may write.
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=work_fd)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(source)
+    os.close(work_fd)
+    path = workdir / name
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     from tools.candidate_host import serve

@@ -2,8 +2,8 @@
 
 Everything that comes back from a candidate process is data, read with limits and a schema: a message is a
 4-byte length, a JSON header of at most `MAX_HEADER_BYTES`, and file descriptors passed beside it
-(SCM_RIGHTS). A tensor travels as a sealed-size anonymous file (memfd) holding its raw bytes; the reader
-states the dtypes and shape it accepts and reads exactly that many bytes, whatever the file's size.
+(SCM_RIGHTS). A tensor travels as an anonymous file (memfd) holding its raw bytes; the reader states the dtypes
+and shape it accepts and reads (never maps) exactly that many bytes, whatever the file's size.
 A reader never blocks past its deadline. Standard library at import; torch only in the tensor helpers.
 """
 
@@ -170,11 +170,17 @@ def tensor_from_fd(fd: int, dtype: str, shape: list[int], limit_bytes: int) -> A
         raise WireError(f"the tensor file holds {st.st_size} bytes; {nbytes} expected")
     if not nbytes:
         return torch.empty(shape, dtype=tdtype)
-    out = torch.empty(nbytes, dtype=torch.uint8)  # a copy: what the sender writes later changes nothing here
-    with mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as mm:
-        src = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes)
-        out.copy_(src)
-        del src
+    # Read, never mapped: the sender keeps its own descriptor of the file and can shrink it at any moment, which
+    # a mapping would answer with SIGBUS in this process. A short read is a refusal. A copy, too: what the sender
+    # writes later changes nothing here.
+    out = torch.empty(nbytes, dtype=torch.uint8)
+    view = out.numpy().data
+    done = 0
+    while done < nbytes:
+        got = os.preadv(fd, [view[done:]], done)
+        if got <= 0:
+            raise WireError(f"the tensor file ended after {done} of its {nbytes} bytes")
+        done += got
     return out.view(tdtype).reshape(shape)
 
 

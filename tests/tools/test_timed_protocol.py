@@ -203,3 +203,68 @@ def test_the_baseline_is_replayed_as_a_graph_whatever_the_candidates_mode(monkey
         # A candidate timed in the other mode is compared with the same timing, not a new one.
         again = judge._time_baseline(worker, problem, "small", base, {"l2": "cold", "graph": True})
         assert again["median_us"] == median and len(modes) == (1 if capturable else 2)
+
+
+class ParkedSession:
+    """A kept candidate process: only whether it was closed matters here."""
+
+    exit_status = None
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> str:
+        self.closed = True
+        return "closed"
+
+
+def test_no_parked_process_lives_while_the_baseline_is_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept process could load the GPU from a thread of its own while it waits and slow the baseline, which is
+    then held for every candidate: whoever decided to time the baseline, the process is closed first."""
+    import time
+    from types import SimpleNamespace
+
+    from tools import judge
+
+    parked = ParkedSession()
+    seen: list[Any] = []
+    worker = SimpleNamespace(torch=SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None)),
+                             device="cuda", cuda=True, baselines={}, parked=(parked, "sha", time.monotonic()))
+
+    class Timer:
+        def measure(self, fns: dict, *, graph: bool, budget_s: float) -> dict:
+            seen.append(worker.parked)
+            return {"baseline": {"median_us": 10.0, "mode": "cuda_graph"}}
+
+    monkeypatch.setattr(judge, "calibration", lambda worker, l2: SimpleNamespace(timer=Timer()))
+    problem = SimpleNamespace(name="softmax", inputs=lambda shape, seed, device: ())
+    base = SimpleNamespace(name="torch", fn=lambda: None)
+    judge._time_baseline(worker, problem, "small", base, {"l2": "cold"})
+    assert seen == [None] and parked.closed
+
+
+def test_the_reference_time_that_sets_the_checks_is_measured_with_no_candidate_process_alive() -> None:
+    """The number of timed reps checked comes from how long a reference takes: a parked process that slowed it
+    would cut its own checks. It is measured when the judge calibrates (the parked process closed) and held."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernels import get_problem
+    from tools import judge
+
+    problem = get_problem("softmax")
+    worker = SimpleNamespace(torch=torch, device="cpu", cuda=False, calibrations={}, baselines={}, parked=None)
+    worker.parked = (ParkedSession(), "sha", time.monotonic())
+    first = judge.plan_timing(worker, problem, "small", "cold")
+    assert worker.parked is None
+    kept = ParkedSession()
+    worker.parked = (kept, "sha", time.monotonic())
+    slow = problem.reference
+    problem_slowed = SimpleNamespace(**{k: getattr(problem, k) for k in ("name", "inputs", "output_names", "dtype_for",
+                                                                         "refill")},
+                                     reference=lambda *a: (time.sleep(0.5), slow(*a))[1])
+    again = judge.plan_timing(worker, problem_slowed, "small", "cold")  # type: ignore[arg-type]
+    assert not kept.closed  # a fresh calibration: the kept process stays for its repeat profile
+    assert again.reference_s == first.reference_s < 0.5

@@ -103,3 +103,40 @@ def test_more_descriptors_than_a_message_carries_are_refused_at_the_sender(pair)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_a_file_that_shrinks_while_it_is_read_is_refused_not_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sender keeps a descriptor of its file and can cut it while the judge reads: a mapped read would take
+    SIGBUS (the judge's process dies); a read returns short, and that is a refusal."""
+    x = torch.ones(4096, dtype=torch.float32)
+    fd = wire.tensor_to_fd(x)
+    real_fstat = os.fstat
+    try:
+        checked = real_fstat(fd)
+        os.ftruncate(fd, 100)  # cut after the size check below has seen the whole file
+        monkeypatch.setattr(wire.os, "fstat", lambda f: checked if f == fd else real_fstat(f))
+        with pytest.raises(wire.WireError, match="ended after 100 of its 16384 bytes"):
+            wire.tensor_from_fd(fd, "float32", [4096], 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def test_an_answers_descriptors_are_closed_unless_the_judge_takes_them(pair) -> None:
+    """A candidate's process can attach descriptors to any answer (64 memfds of 8 MB to each `load`): kept, they
+    pinned memory and used up the judge's descriptors profile after profile."""
+    from types import SimpleNamespace
+
+    from tools.judge import Session
+
+    a, b = pair
+    session = Session(sandbox=None, spawned=SimpleNamespace(sock=a), deadline=1e18)  # type: ignore[arg-type]
+    for takes in (False, True):
+        fd = wire.tensor_to_fd(torch.ones(8))
+        wire.send(b, {"ok": True}, [fd])
+        os.close(fd)
+        before = len(os.listdir("/proc/self/fd"))
+        answer = session.request({"op": "load"}, timeout=5.0, takes_fds=takes)
+        assert len(answer.fds) == (1 if takes else 0)
+        assert len(os.listdir("/proc/self/fd")) == before + (1 if takes else 0)
+        wire.recv(b, 5.0)  # the request itself
+        answer.close_fds()

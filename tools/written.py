@@ -1,0 +1,39 @@
+"""Files that sandboxed code wrote, as trusted code reads them.
+
+A process that ran candidate code may leave, in place of the file it was asked to write, a link (to the token, to
+/dev/zero), a FIFO (a read that never returns) or a file of any size. Trusted code reads such a file only as a
+regular file, opened without following a link and without blocking, and only up to a limit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def read_written(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
+    """The bytes of the regular file at `path` (at most `limit`: its end where `tail`, else None when it is
+    larger), or None when it is missing, a link, or not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > limit and not tail:
+            return None
+        start = max(0, st.st_size - limit)
+        chunks = []
+        got = 0
+        while got < limit:
+            chunk = os.pread(fd, limit - got, start + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
