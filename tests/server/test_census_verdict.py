@@ -37,10 +37,11 @@ class CensusPool:
     ({"status": "passed", "kernel_us_per_call": 5.2}, True, None),
     ({"status": "passed", "kernel_us_per_call": 50.0}, False, "census_failed"),  # 5 us median, 50 us of kernels
     ({"status": "refused", "reason": "torch ran aten::mm"}, False, "census_failed"),
-    ({"status": "unavailable", "reason": "no ncu"}, True, None),
+    ({"status": "unavailable", "reason": "no ncu"}, False, None),  # correct and timed, not verified
 ])
 def test_the_census_answer_decides_the_verdict(tmp_path: Path, census: dict[str, Any], verified: bool,
-                                               error_class: str | None) -> None:
+                                               error_class: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MARATHON_CENSUS_OPTIONAL", raising=False)
     service = Service(log=EventLog(tmp_path / "marathon.db"), pool=CensusPool(census),  # type: ignore[arg-type]
                       cache_dir=tmp_path / "cache")
     try:
@@ -55,8 +56,26 @@ def test_the_census_answer_decides_the_verdict(tmp_path: Path, census: dict[str,
     if error_class is None:
         assert report.ok and report.speedup == 2.0
         assert report.verification["by"].endswith("+census") is (census["status"] == "passed")
-        assert best is not None and best["id"] == report.attempt_id
+        if verified:
+            assert best is not None and best["id"] == report.attempt_id
+        else:
+            assert best is None and "no kernel census" in report.verification["note"]
     else:
         assert not report.ok and report.correct is False and report.speedup is None
         assert report.error is not None and report.error.startswith("kernel census: ")
         assert best is None
+
+
+def test_an_operator_may_waive_the_census_where_ncu_cannot_run(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARATHON_CENSUS_OPTIONAL", "1")
+    service = Service(log=EventLog(tmp_path / "marathon.db"),  # type: ignore[arg-type]
+                      pool=CensusPool({"status": "unavailable", "reason": "no ncu"}), cache_dir=tmp_path / "cache")
+    try:
+        report = service.profile("softmax", STARTER)
+        best = service.best("softmax")
+    finally:
+        service.close()
+    assert report.verified is True and report.verification is not None
+    assert report.verification["census"]["waived"] is True
+    assert best is not None and best["id"] == report.attempt_id
