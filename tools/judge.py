@@ -47,6 +47,7 @@ BASELINE_FRESH_S = 600.0  # a baseline timing this young is re-used (tools.judge
 CALIBRATION_FRESH_S = 600.0  # likewise the calibration of a rep's untimed work, per problem and shape
 REFERENCE_BUDGET_S = 1.5  # references computed for the checked timed reps, beyond MIN_CHECKS of them
 EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, synchronise)
+MIN_REPS, MAX_REPS = 30, 2000  # timed reps of a GPU profile
 VERIFICATION = "judge:v1"
 
 
@@ -490,12 +491,18 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
                       int(calib.flush_bytes), int(calib.spin_cycles), l2)
 
 
+def planned_reps(budget_us: float, rep_us: float) -> int:
+    """Timed reps for a budget at `rep_us` a rep, within [MIN_REPS, MAX_REPS]."""
+    return int(max(MIN_REPS, min(MAX_REPS, budget_us / max(rep_us, 1.0))))
+
+
 def takes_graph(gpu_us: Any, host_us: Any) -> bool:
     """Auto mode: graph replay for a short call (GPU time under GRAPH_BELOW_US) or one whose host time is a large
     share of its GPU time. Eager reps of the latter are bound by the host, and the wall the bracket checks holds
     host time no sample shows (a tuner's MLA configuration at B = 1: 34 us of GPU, over 200 us of launching, refused
-    as timing_mismatch). The values come from the candidate's process: a lie only changes the mode, and both modes
-    are bracketed."""
+    as timing_mismatch). The values come from the candidate's process: a lie changes only the mode and the size of
+    the first batch (the total is planned from the judge's own wall time of that batch), and both modes are
+    bracketed."""
     if not isinstance(gpu_us, (int, float)) or not math.isfinite(gpu_us):
         return False
     host = float(host_us) if isinstance(host_us, (int, float)) and math.isfinite(host_us) else 0.0
@@ -543,14 +550,21 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                                       "the problem asks for")
     out_bytes, per_batch, reference_s = plan.out_bytes, plan.per_batch, plan.reference_s
     overhead = plan.overhead_us[graph]
-    per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
-    reps = int(max(30, min(2000, budget_us / max(per_rep_guess, 1.0)))) if worker.cuda else 30
+    # How many reps: as many as the budget buys at a rep's time. The first batch's size comes from the pilot, the
+    # candidate's own figure, and so does nothing more: the total is planned again from the judge's wall time of
+    # that batch (a small total would mean few batches, and a wider allowance for each batch's latency jitter).
+    per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
+    reps = planned_reps(budget_us, per_rep_guess) if worker.cuda else 30
     n_batches = math.ceil(reps / per_batch)
     # How many reps to check in all: every rep where outputs are small, else what the transfer budget allows,
     # and no more references than REFERENCE_BUDGET_S buys (KDA's recurrent one is slow at bench).
     affordable = max(MIN_CHECKS, int(REFERENCE_BUDGET_S / max(reference_s, 1e-6)))
-    checks_wanted = int(min(reps, MAX_CHECKS, affordable, max(MIN_CHECKS, CHECK_BYTES // max(out_bytes, 1))))
+
+    def wanted_checks(reps: int) -> int:
+        return int(min(reps, MAX_CHECKS, affordable, max(MIN_CHECKS, CHECK_BYTES // max(out_bytes, 1))))
+
+    checks_wanted = wanted_checks(reps)
 
     rng = random.Random(secrets.randbits(64))
     rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]  # refilled per checked rep
@@ -597,6 +611,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
             raise Refusal("protocol_error", "the candidate's process sent no commitment to its timed reps' outputs")
         batches.append(bounds.BatchRecord(wall_us, batch_samples))
         samples.extend(batch_samples)
+        if len(batches) == 1 and worker.cuda:  # the total, planned again from what the judge saw this batch take
+            reps = max(done + k, planned_reps(budget_us, wall_us / k))
+            checks_wanted = wanted_checks(reps)
         # Which reps to check is decided now, after they ran: this batch's share of the checks, drawn at random
         # (a fractional share becomes one check with that probability).
         share = checks_wanted * k / reps

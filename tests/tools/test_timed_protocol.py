@@ -268,3 +268,16 @@ def test_the_reference_time_that_sets_the_checks_is_measured_with_no_candidate_p
     again = judge.plan_timing(worker, problem_slowed, "small", "cold")  # type: ignore[arg-type]
     assert not kept.closed  # a fresh calibration: the kept process stays for its repeat profile
     assert again.reference_s == first.reference_s < 0.5
+
+
+def test_the_rep_count_follows_the_judges_wall_time_not_the_candidates_pilot() -> None:
+    """A pilot that claims a slow call (1e7 us) asks for the fewest reps, one batch of 30, whose latency jitter then
+    spreads over few reps and widens the bracket's allowance: the first batch's wall, the judge's own figure,
+    plans the total again."""
+    from tools import judge
+
+    budget = 2e6
+    assert judge.planned_reps(budget, 145.0 + 1e7) == judge.MIN_REPS  # what the lie alone would give
+    first_batch_wall_per_rep = (30 * (145.0 + 20.0) + 600.0) / 30  # 30 honest 20 us reps, 145 us untimed each
+    assert judge.planned_reps(budget, first_batch_wall_per_rep) == judge.MAX_REPS
+    assert judge.planned_reps(budget, 1e5) == judge.MIN_REPS  # a call that is slow in the judge's own eyes
