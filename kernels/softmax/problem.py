@@ -19,6 +19,12 @@ ROW_OFFSET = 120.0
 # Spread of the values inside a row: wide enough that softmax is far from flat (max weight over
 # 8192 columns is a few percent), narrow enough that it is not one-hot.
 ROW_STD = 2.0
+# One row in OUTLIER_EVERY (at least one row) holds one element OUTLIER_LOW to OUTLIER_HIGH above the rest, at a
+# random column: the offsets alone let any element of a row serve as its shift (its spread is a few ROW_STD), so a
+# kernel that shifted by the row's first element, or by the max of part of the row, passed; above such a shift by
+# more than exp's float32 range (88.7), the outlier overflows it. Those rows' softmax is nearly one-hot.
+OUTLIER_EVERY = 8
+OUTLIER_LOW, OUTLIER_HIGH = 110.0, 120.0
 # max, subtract, exp, sum and divide: five operations an element (exp counted as one).
 FLOPS_PER_ELEMENT = 5
 
@@ -30,8 +36,9 @@ DESCRIPTION = f"""\
 - `x`: `(rows, cols)`, row-major and contiguous; float32 on the GPU and on the CPU (interpreter).
 - `out`: same shape and dtype as `x`, a fresh tensor (`x` must not be modified).
 
-Inputs are `{ROW_STD:g} * randn` plus a per-row offset spread over `[-{ROW_OFFSET:g}, {ROW_OFFSET:g}]`: a
-kernel must subtract the row maximum (or keep a running one) before `exp`, or it over/underflows.
+Inputs are `{ROW_STD:g} * randn` plus a per-row offset spread over `[-{ROW_OFFSET:g}, {ROW_OFFSET:g}]`, and one row
+in {OUTLIER_EVERY} has one element {OUTLIER_LOW:g} to {OUTLIER_HIGH:g} above the rest at a random column: a kernel must
+subtract the row maximum (or keep a running one) before `exp`, or it over/underflows.
 
 Shapes: `bench` (4096 x 8192, 128 MiB each way: a bandwidth problem, about 63 us at 4.24 TB/s),
 `small` (67 x 129) and `odd` (3 x 1000): neither is a power of two, so the tails must be masked.
@@ -55,7 +62,19 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
     x = torch.randn(rows, cols, generator=gen, device=device, dtype=torch.float32) * ROW_STD
     spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=device, dtype=torch.float32)
     offset = spread[torch.randperm(rows, generator=gen, device=device)]
-    return ((x + offset[:, None]).to(dtype),)
+    x = x + offset[:, None]
+    _add_outliers(x, gen)
+    return (x.to(dtype),)
+
+
+def _add_outliers(x: torch.Tensor, gen: torch.Generator) -> None:
+    """OUTLIER_EVERY's outliers, in place: rows drawn without repeats, a column and a height each."""
+    rows, cols = x.shape
+    n = max(1, rows // OUTLIER_EVERY)
+    at_rows = torch.randperm(rows, generator=gen, device=x.device)[:n]
+    at_cols = torch.randint(cols, (n,), generator=gen, device=x.device)
+    height = torch.rand(n, generator=gen, device=x.device, dtype=x.dtype) * (OUTLIER_HIGH - OUTLIER_LOW) + OUTLIER_LOW
+    x.index_put_((at_rows, at_cols), height, accumulate=True)
 
 
 def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
@@ -66,6 +85,7 @@ def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
     rows = x.shape[0]
     spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=x.device, dtype=x.dtype)
     x.add_(spread[torch.randperm(rows, generator=gen, device=x.device)][:, None])
+    _add_outliers(x, gen)
 
 
 def flops(dims: Dims) -> float:
@@ -86,9 +106,11 @@ def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
 # (the floor), exp2 in float32 7-8e-8, the starter 1.1e-7: each 180x or more inside rel_err and 0.004-0.006 of the
 # elementwise bound. What it rejects (tests/kernels/test_problem_approximations.py), by how many times each misses the
 # tolerance at the least (its worse test, over shapes and seeds): exp and sum in float16 after a float32 max, 16x
-# (rel_err 3.8-4.9e-4); the output rounded to bf16, 55x (1.7-2.5e-3); rounded to float16, 6.8x (2.1-2.8e-4, its
-# 2^-11 relative rounding against rtol 1e-4); the last 1/8 of each row dropped, 10^4x; the last row left unwritten,
-# 10^4x. Not skipping the max subtraction either: exp() of the shifted rows overflows.
+# (rel_err 3.8-4.9e-4); the output rounded to bf16, 55x (1.7-2.5e-3); rounded to float16, 3.9x (its 2^-11 relative
+# rounding of an outlier row's near-one weight against rtol 1e-4; 6.8x before the outliers); the last 1/8 of each
+# row dropped, 10^4x; the last row left unwritten, 10^4x. Not skipping the max subtraction either: exp() of the
+# shifted rows overflows; nor shifting by the row's first element or the max of its first half: the outlier rows
+# overflow (2026-12-01, with the outliers; CPU, float64 reference: the starter and torch.softmax stay at 6-9e-8).
 PROBLEM = Problem(
     name="softmax",
     summary="Row softmax of a (rows, cols) float32 tensor: the warm-up, bandwidth-bound.",

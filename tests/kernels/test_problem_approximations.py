@@ -67,6 +67,8 @@ def excess(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float:
     """How many times the output exceeds its tolerance, by whichever test it fails worse: the relative
     error over its bound, or the worst element's |out - ref| over atol + rtol |ref|."""
     o, r = out.detach().double(), ref.detach().double().to(out.device)
+    if not bool(torch.isfinite(o).all()):
+        return math.inf  # an overflow: compare() refuses any non-finite output
     elementwise = float(((o - r).abs() / (tol.atol + tol.rtol * r.abs())).max())
     return max(rel_err(out, ref) / tol.rel_err, elementwise)
 
@@ -397,20 +399,36 @@ def softmax_exp2_fp32(x: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def softmax_shift_by_first_element(x: torch.Tensor) -> torch.Tensor:
+    """No max reduction: any element of a row is a shift exp() survives, unless the row holds an outlier."""
+    e = (x - x[:, :1]).exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_shift_by_max_of_first_half(x: torch.Tensor) -> torch.Tensor:
+    e = (x - x[:, : max(1, x.shape[1] // 2)].amax(dim=-1, keepdim=True)).exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
 SOFTMAX_APPROXIMATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "shift_by_first_element": softmax_shift_by_first_element,
+    "shift_by_max_of_first_half": softmax_shift_by_max_of_first_half,
     "fp16_exp_and_sum": softmax_fp16_exp,
     "output_bf16": softmax_output_bf16,
     "output_fp16": softmax_output_fp16,
     "last_1/8_of_row_dropped": softmax_columns_dropped,
     "last_row_unwritten": softmax_last_row_unwritten,
 }
-# The least factor by which each fails (excess(), at small and odd): a float16 output is 2^-11 relative, so 5x the
-# 1e-4 rtol at worst; the others 10x or more.
-SOFTMAX_MARGINS = {name: 5.0 if name == "output_fp16" else WIDE for name in SOFTMAX_APPROXIMATIONS}
+# The least factor by which each fails (excess(), at small and odd): a float16 output is 2^-11 relative, so 3.9x the
+# 1e-4 rtol at worst (an outlier row's near-one weight); the others 10x or more.
+SOFTMAX_MARGINS = {name: 3.5 if name == "output_fp16" else WIDE for name in SOFTMAX_APPROXIMATIONS}
+# The shapes each is shown to fail at: with one outlier row in its 3, odd puts the outlier in the first half of the
+# row at one seed in two; small's 8 outlier rows, and bench's 512, do not leave it that chance.
+SOFTMAX_SHAPES = {"shift_by_max_of_first_half": ("small",)}
 
 
-@pytest.mark.parametrize("name", list(SOFTMAX_APPROXIMATIONS))
-@pytest.mark.parametrize("shape", ["small", "odd"])
+@pytest.mark.parametrize(("name", "shape"), [(n, s) for n in SOFTMAX_APPROXIMATIONS
+                                             for s in SOFTMAX_SHAPES.get(n, ("small", "odd"))])
 def test_softmax_approximations_fail(name: str, shape: str) -> None:
     (x,) = SOFTMAX.inputs(shape, 0, "cpu")
     (ref,) = SOFTMAX.reference(x)
