@@ -607,7 +607,8 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         if not all(math.isfinite(x) for x in batch_samples):
             raise Refusal("timing_mismatch", "the candidate's process reported non-finite timing samples")
         commits = answer.header.get("commits")
-        if not isinstance(commits, list) or len(commits) != k:
+        if not isinstance(commits, list) or len(commits) != k or not all(
+                isinstance(c, list) and all(isinstance(d, str) for d in c) for c in commits):
             raise Refusal("protocol_error", "the candidate's process sent no commitment to its timed reps' outputs")
         batches.append(bounds.BatchRecord(wall_us, batch_samples))
         samples.extend(batch_samples)

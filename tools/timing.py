@@ -9,6 +9,7 @@ which removes launch gaps equally for candidate and baseline. Runs inside the wo
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import statistics
@@ -129,31 +130,52 @@ def raise_clocks(max_s: float = CLOCK_RAISE_MAX_S) -> float:
     return time.perf_counter() - t_start
 
 
+DIGEST_WORDS = 64  # a digest of one output: tools.commit_hash.FINAL_WORDS (checked there)
+
+
 def commit_outputs(outs: Any, row: Any) -> None:
-    """Write into `row` (int64, one per output) the sum of each output's bit patterns.
+    """Write into `row` (int32, [outputs, DIGEST_WORDS], on the outputs' device) a digest of each output.
 
     A timed rep commits to its outputs this way before the batch returns, inside the wall the judge brackets;
-    the judge recomputes it on the outputs it fetches. Outputs filled in later (once the judge has named the
-    reps it checks) then disagree with the commitment. Integer sums are exact and order-free, so the judge's
-    recomputation gives the same number in another process.
+    the judge recomputes it on the outputs it fetches, so outputs filled in later (once the judge has named the
+    reps it checks) disagree with it. On a GPU the digest is tools.commit_hash's (queued on the rep's stream, so it
+    reads the outputs as the rep left them); off one, SHA-256. Either way no outputs but the same bits meet it.
     """
     import torch
 
     for i, o in enumerate(outs):
-        torch.sum(_bits(o).reshape(-1), dim=0, dtype=torch.int64, out=row[i])
+        if o.device.type == "cuda":
+            from tools.commit_hash import gpu_digest
+
+            gpu_digest(o, row[i])
+        else:
+            digest = hashlib.sha256(_bytes_of(o)).digest()
+            row[i].zero_()
+            row[i, :8] = torch.frombuffer(bytearray(digest), dtype=torch.int32)
 
 
-def commitment(outs: Any) -> list[int]:
+def sealed(commits: Any) -> list[list[str]]:
+    """Each rep's digests ([reps, outputs, DIGEST_WORDS]) as one hex string an output, read once the batch is
+    done: what crosses to the judge."""
+    host = commits.cpu().contiguous()
+    return [[hashlib.sha256(_bytes_of(host[j, i])).hexdigest() for i in range(host.shape[1])]
+            for j in range(host.shape[0])]
+
+
+def commitment(outs: Any) -> list[str]:
+    """What a rep that produced `outs` committed to: the judge's recomputation."""
     import torch
 
-    return [int(torch.sum(_bits(o), dtype=torch.int64)) for o in outs]
+    device = outs[0].device if outs else "cpu"
+    row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=device)
+    commit_outputs(outs, row)
+    return sealed(row[None])[0][:len(outs)] if outs else sealed(row[None])[0]
 
 
-def _bits(t: Any) -> Any:
+def _bytes_of(t: Any) -> bytes:
     import torch
 
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.contiguous().view(width)
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
 
 
 class Timer:
@@ -285,7 +307,7 @@ class Calibration:
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.zeros(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
         stash = [[torch.empty_like(o) for o in outs] for _ in range(max(1, min(slots, reps)))]
-        commits = torch.zeros((reps, len(outs)), dtype=torch.int64, device="cuda")
+        commits = torch.zeros((reps, len(outs), DIGEST_WORDS), dtype=torch.int32, device="cuda")
         inner = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         outer = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for warm in (True, False):
@@ -307,7 +329,7 @@ class Calibration:
         # The reps' host work after their batch synchronised, while the GPU idles: reading every rep's two
         # events (its sample) and the commitments. It lands in the batch's wall, so it is a rep's overhead too.
         t0 = time.perf_counter()
-        _ = [s.elapsed_time(e) for s, e in inner], commits.tolist()
+        _ = [s.elapsed_time(e) for s, e in inner], sealed(commits)
         readout_us = (time.perf_counter() - t0) * 1e6 / reps
         return max(0.0, (total_us - sum(s.elapsed_time(e) * 1e3 for s, e in inner)) / reps) + readout_us
 

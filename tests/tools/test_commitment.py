@@ -102,3 +102,84 @@ _Host.batch = _no_commit
 ''' + STARTER)
     r = cpu_timed(src)
     assert r["correct"] is False and r["error_class"] == "protocol_error", (r["error_class"], r["error"])
+
+
+# The reps run a stand-in, and the batch commits to the setup call's outputs, the only real ones it has; when the
+# judge fetches the reps it checks, the patched fetch computes their right outputs and moves tiny elements (sign
+# flips, then magnitudes below 4e-8, all inside the 1e-7 atol) until they meet that commitment. Against a sum of
+# the outputs' bit patterns (the commitment before it was a digest) every forged rep met its commitment and only the
+# bracket refused the profile, for the stand-in's samples; on a GPU a stand-in padded to its samples passes that.
+FORGE_COMMITMENT = '''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_timing = _torch.sys.modules["tools.timing"]
+_problems = _torch.sys.modules["kernels"]
+_setup, _batch, _fetch = _Host.time_setup, _Host.batch, _Host.fetch
+_TINY = 4e-8
+_TINY_BITS = int(_torch.tensor([_TINY]).view(_torch.int32)[0])
+
+
+def _forge(out, target):
+    bits = out.view(_torch.int32).reshape(-1)
+    flat = out.reshape(-1)
+    tiny = (flat.abs() < _TINY).nonzero().flatten().tolist()
+    def gap():
+        return target - int(bits.long().sum())
+    for t in tiny:
+        if gap() >= 0:
+            break
+        if flat[t] >= 0:
+            flat[t] = -flat[t] if flat[t] != 0 else -1e-45
+    for t in tiny:
+        d = gap()
+        if d <= 0:
+            break
+        if flat[t] >= 0:
+            bits[t] += min(d, _TINY_BITS - int(bits[t]))
+    return gap() == 0
+
+
+def _setup_and_keep(self, msg):
+    answer = _setup(self, msg)
+    outs = self._outputs(self.entry(*self.buffers))
+    self._target = _timing.commitment(outs)
+    return answer
+
+
+def _lazy_batch(self, msg):
+    seeds = [int(s) for s in msg.header.get("seeds", [])]
+    if not seeds:
+        return _batch(self, msg)
+    real, self.entry = self.entry, (lambda *inputs: _torch.empty_like(inputs[0]))
+    try:
+        answer = _batch(self, msg)
+    finally:
+        self.entry = real
+    answer["commits"] = [list(self._target) for _ in seeds]
+    self._late_seeds = seeds
+    return answer
+
+
+def _forging_fetch(self, msg):
+    name, shape = self.rep_recipe
+    problem = _problems.get_problem(name)
+    for j in [int(s) for s in msg.header.get("slots", [])]:
+        problem.refill(self.buffers, shape, self._late_seeds[j])
+        outs = [o.clone() for o in self._outputs(self.entry(*self.buffers))]
+        if all(isinstance(t, int) for t in self._target):
+            for o, t in zip(outs, self._target):
+                _forge(o, t)
+        for slot, out in zip(self.stash[j], outs):
+            slot.copy_(out)
+    return _fetch(self, msg)
+
+
+_Host.time_setup, _Host.batch, _Host.fetch = _setup_and_keep, _lazy_batch, _forging_fetch
+'''
+
+
+def test_outputs_moved_inside_the_tolerance_to_meet_a_commitment_are_refused(cpu_timed: Profile) -> None:
+    r = cpu_timed(FORGE_COMMITMENT + STARTER)
+    assert r["correct"] is False and r["error_class"] == "timing_mismatch", (r["error_class"], r["error"])
+    assert "committed" in r["error"]
