@@ -283,7 +283,8 @@ class Host:
                 self.graph_outputs = self._outputs(raw)
                 outs = self.graph_outputs
             # The digest's kernels compile here, not in the first batch's wall.
-            commit_outputs(outs, torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=self.device))
+            commit_outputs(outs, torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=self.device),
+                           gpu=self.cuda)
             if self.cuda:
                 raise_clocks()  # the first batch follows at once: its reps at the clock the rest run at
         except BaseException as exc:
@@ -333,7 +334,7 @@ class Host:
                 else:
                     outs = self._outputs(self.entry(*self.buffers))
                 end.record()
-                commit_outputs(outs, commits[j])
+                commit_outputs(outs, commits[j], gpu=self.cuda)
                 self._stash_slot(j, outs)
             self._sync()
         except BaseException as exc:

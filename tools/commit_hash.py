@@ -57,6 +57,16 @@ def _double_round(s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s1
     return s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15
 
 
+@triton.jit
+def _row_words(words_ptr, at, n_words, more):
+    """The four words of a row at offsets `at` .. `at` + 3 (zeros past n_words, or where there is no such row)."""
+    m0 = tl.load(words_ptr + at, mask=more & (at < n_words), other=0).to(tl.uint32, bitcast=True)
+    m1 = tl.load(words_ptr + at + 1, mask=more & (at + 1 < n_words), other=0).to(tl.uint32, bitcast=True)
+    m2 = tl.load(words_ptr + at + 2, mask=more & (at + 2 < n_words), other=0).to(tl.uint32, bitcast=True)
+    m3 = tl.load(words_ptr + at + 3, mask=more & (at + 3 < n_words), other=0).to(tl.uint32, bitcast=True)
+    return m0, m1, m2, m3
+
+
 @triton.jit(do_not_specialize=["n_words", "level"])
 def absorb_kernel(words_ptr, n_words, level, out_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     """Program p, column j: words p * ROWS * 4 * BLOCK + (r * BLOCK + j) * 4 + (0..3) for r < ROWS (zeros past
@@ -81,16 +91,21 @@ def absorb_kernel(words_ptr, n_words, level, out_ptr, ROWS: tl.constexpr, BLOCK:
     s13 = zero + 0x299F31D0
     s14 = zero + 0x082EFA98
     s15 = zero + 0xEC4E6C89
-    base = pid.to(tl.int64) * (ROWS * 4 * BLOCK)
+    # Each row's four words are loaded one row ahead: the loads do not depend on the state, so their latency
+    # hides behind the previous row's rounds instead of adding up over ROWS serial rows.
+    at = pid.to(tl.int64) * (ROWS * 4 * BLOCK) + col * 4
+    m0, m1, m2, m3 = _row_words(words_ptr, at, n_words, True)
     for r in range(ROWS):
-        at = base + (r * BLOCK + col) * 4
-        s0 ^= tl.load(words_ptr + at, mask=at < n_words, other=0).to(tl.uint32, bitcast=True)
-        s1 ^= tl.load(words_ptr + at + 1, mask=at + 1 < n_words, other=0).to(tl.uint32, bitcast=True)
-        s2 ^= tl.load(words_ptr + at + 2, mask=at + 2 < n_words, other=0).to(tl.uint32, bitcast=True)
-        s3 ^= tl.load(words_ptr + at + 3, mask=at + 3 < n_words, other=0).to(tl.uint32, bitcast=True)
+        n0, n1, n2, n3 = _row_words(words_ptr, at + 4 * BLOCK, n_words, r + 1 < ROWS)
+        s0 ^= m0
+        s1 ^= m1
+        s2 ^= m2
+        s3 ^= m3
         for _ in tl.static_range(2):
             s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15 = _double_round(
                 s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        m0, m1, m2, m3 = n0, n1, n2, n3
+        at += 4 * BLOCK
     for _ in tl.static_range(2):
         s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15 = _double_round(
             s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
@@ -106,12 +121,13 @@ def absorb_kernel(words_ptr, n_words, level, out_ptr, ROWS: tl.constexpr, BLOCK:
 
 
 def words_of(t: Any) -> Any:
-    """A tensor's bytes as 32-bit words (a copy padded with zeros where its size is not a multiple of 4)."""
+    """A tensor's bytes as 32-bit words (a copy, padded with zeros, where its size or its start is not a multiple of
+    4 bytes)."""
     import torch
 
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-    if flat.numel() % 4:
-        flat = torch.cat([flat, flat.new_zeros(4 - flat.numel() % 4)])
+    if flat.numel() % 4 or flat.storage_offset() % 4:  # a 2-byte view's words would straddle its start
+        flat = torch.cat([flat, flat.new_zeros((-flat.numel()) % 4)])
     return flat.view(torch.int32)
 
 

@@ -501,8 +501,8 @@ def takes_graph(gpu_us: Any, host_us: Any) -> bool:
     share of its GPU time. Eager reps of the latter are bound by the host, and the wall the bracket checks holds
     host time no sample shows (a tuner's MLA configuration at B = 1: 34 us of GPU, over 200 us of launching, refused
     as timing_mismatch). The values come from the candidate's process: a lie changes only the mode and the size of
-    the first batch (the total is planned from the judge's own wall time of that batch), and both modes are
-    bracketed."""
+    the first batch (the total, and where the empty batches fall, are planned again from the judge's own wall time
+    of that batch), and both modes are bracketed."""
     if not isinstance(gpu_us, (int, float)) or not math.isfinite(gpu_us):
         return False
     host = float(host_us) if isinstance(host_us, (int, float)) and math.isfinite(host_us) else 0.0
@@ -615,6 +615,10 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         if len(batches) == 1 and worker.cuda:  # the total, planned again from what the judge saw this batch take
             reps = max(done + k, planned_reps(budget_us, wall_us / k))
             checks_wanted = wanted_checks(reps)
+            # ...and where the empty batches still to come fall among the batches left, drawn again
+            left_empty = EMPTY_BATCHES - len(empty_walls)
+            batches_left = math.ceil((reps - done - k) / per_batch)
+            empty_at = {step + i for i in rng.sample(range(batches_left + left_empty), left_empty)}
         # Which reps to check is decided now, after they ran: this batch's share of the checks, drawn at random
         # (a fractional share becomes one check with that probability).
         share = checks_wanted * k / reps
@@ -631,7 +635,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
                 for n, j in enumerate(part):
                     where = f"of timed rep {done + j + 1} (a {'graph replay' if graph else 'call'})"
-                    if commitment(outs[n * per:(n + 1) * per]) != commits[j]:
+                    if commitment(outs[n * per:(n + 1) * per], gpu=worker.cuda) != commits[j]:
                         raise Refusal("timing_mismatch", f"the outputs {where} are not the ones it committed to "
                                                          "when its batch ended: they were written afterwards")
                     problem.refill(rep_inputs, shape, seeds[j])

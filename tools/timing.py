@@ -133,21 +133,23 @@ def raise_clocks(max_s: float = CLOCK_RAISE_MAX_S) -> float:
 DIGEST_WORDS = 64  # a digest of one output: tools.commit_hash.FINAL_WORDS (checked there)
 
 
-def commit_outputs(outs: Any, row: Any) -> None:
-    """Write into `row` (int32, [outputs, DIGEST_WORDS], on the outputs' device) a digest of each output.
+def commit_outputs(outs: Any, row: Any, gpu: bool) -> None:
+    """Write into `row` (int32, [outputs, DIGEST_WORDS], on the device the digest runs on) a digest of each output.
 
     A timed rep commits to its outputs this way before the batch returns, inside the wall the judge brackets;
     the judge recomputes it on the outputs it fetches, so outputs filled in later (once the judge has named the
-    reps it checks) disagree with it. On a GPU the digest is tools.commit_hash's (queued on the rep's stream, so it
-    reads the outputs as the rep left them); off one, SHA-256. Either way no outputs but the same bits meet it.
+    reps it checks) disagree with it. With `gpu` (a profile on a GPU: the candidate's reps, the judge's check and
+    its calibration alike, whatever device a tensor arrived on) the digest is tools.commit_hash's, queued on the
+    current stream, so it reads the outputs as the rep left them; without, SHA-256 (the interpreter's protocol).
+    Either way no outputs but the same bits meet it.
     """
     import torch
 
     for i, o in enumerate(outs):
-        if o.device.type == "cuda":
+        if gpu:
             from tools.commit_hash import gpu_digest
 
-            gpu_digest(o, row[i])
+            gpu_digest(o.to(row.device), row[i])
         else:
             digest = hashlib.sha256(_bytes_of(o)).digest()
             row[i].zero_()
@@ -162,14 +164,13 @@ def sealed(commits: Any) -> list[list[str]]:
             for j in range(host.shape[0])]
 
 
-def commitment(outs: Any) -> list[str]:
-    """What a rep that produced `outs` committed to: the judge's recomputation."""
+def commitment(outs: Any, gpu: bool) -> list[str]:
+    """What a rep that produced `outs` committed to: the judge's recomputation (`gpu` as the rep's)."""
     import torch
 
-    device = outs[0].device if outs else "cpu"
-    row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=device)
-    commit_outputs(outs, row)
-    return sealed(row[None])[0][:len(outs)] if outs else sealed(row[None])[0]
+    row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device="cuda" if gpu else "cpu")
+    commit_outputs(outs, row, gpu)
+    return sealed(row[None])[0][:len(outs)]
 
 
 def _bytes_of(t: Any) -> bytes:
@@ -297,15 +298,19 @@ class Calibration:
                     reps: int = 16) -> float:
         """GPU microseconds per rep outside its two events: `refill(buffers, seed)` as the reps regenerate
         their inputs, the flush, and the copy of the outputs to the next of `slots` stash slots. Between the
-        events runs a null call (one one-element fill, replayed as a graph when the reps replay graphs): what
-        launching a call or a graph costs outside its events is then counted as the reps pay it."""
+        events runs a null call (a fill of the outputs, replayed as a graph when the reps replay graphs): what
+        launching a call or a graph costs outside its events is then counted as the reps pay it, and the outputs
+        are as fresh in the L2 as a rep's are when the commitment and the copy read them."""
         torch = self.timer.torch
-        null_out = torch.empty(1, device="cuda")
-        null: Callable[[], Any] = lambda: null_out.fill_(0.0)  # noqa: E731
-        if graph:
-            null = self.timer.as_graph(null)
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.zeros(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
+
+        def null() -> None:
+            for o in outs:
+                o.fill_(0)
+
+        if graph:
+            null = self.timer.as_graph(null)
         stash = [[torch.empty_like(o) for o in outs] for _ in range(max(1, min(slots, reps)))]
         commits = torch.zeros((reps, len(outs), DIGEST_WORDS), dtype=torch.int32, device="cuda")
         inner = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
@@ -320,7 +325,7 @@ class Calibration:
                 inner[i][0].record()
                 null()
                 inner[i][1].record()
-                commit_outputs(outs, commits[i])
+                commit_outputs(outs, commits[i], gpu=True)
                 for st, o in zip(stash[i % len(stash)], outs):
                     st.copy_(o)
             outer[1].record()
@@ -359,7 +364,7 @@ class WallCalibration:
             t0 = time.perf_counter()
             refill(buffers, i)
             l2_flush(flush, sink)
-            commitment(outs)
+            commitment(outs, gpu=False)
             for st, o in zip(stash, outs):
                 st.copy_(o)
             times.append((time.perf_counter() - t0) * 1e6)

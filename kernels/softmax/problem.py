@@ -19,12 +19,15 @@ ROW_OFFSET = 120.0
 # Spread of the values inside a row: wide enough that softmax is far from flat (max weight over
 # 8192 columns is a few percent), narrow enough that it is not one-hot.
 ROW_STD = 2.0
-# One row in OUTLIER_EVERY (at least one row) holds one element OUTLIER_LOW to OUTLIER_HIGH above the rest, at a
-# random column: the offsets alone let any element of a row serve as its shift (its spread is a few ROW_STD), so a
-# kernel that shifted by the row's first element, or by the max of part of the row, passed; above such a shift by
-# more than exp's float32 range (88.7), the outlier overflows it. Those rows' softmax is nearly one-hot.
+# One row in OUTLIER_EVERY (at least one row) holds one element above the rest, at a random column, by heights
+# spread evenly over [OUTLIER_LOW, OUTLIER_HIGH] (the highest where there is one such row): the offsets alone let
+# any element of a row serve as its shift (its spread is a few ROW_STD), so a kernel that shifted by the row's first
+# element, or by the max of part of the row, passed. Above such a shift by more than exp's float32 range (88.7), an
+# outlier overflows it; and since the heights span more than that range and the underflow's (103) together, no
+# constant added to the shift works for every row (the highest rows overflow, or the plain ones underflow).
+# Those rows' softmax is nearly one-hot.
 OUTLIER_EVERY = 8
-OUTLIER_LOW, OUTLIER_HIGH = 110.0, 120.0
+OUTLIER_LOW, OUTLIER_HIGH = 110.0, 250.0
 # max, subtract, exp, sum and divide: five operations an element (exp counted as one).
 FLOPS_PER_ELEMENT = 5
 
@@ -37,8 +40,9 @@ DESCRIPTION = f"""\
 - `out`: same shape and dtype as `x`, a fresh tensor (`x` must not be modified).
 
 Inputs are `{ROW_STD:g} * randn` plus a per-row offset spread over `[-{ROW_OFFSET:g}, {ROW_OFFSET:g}]`, and one row
-in {OUTLIER_EVERY} has one element {OUTLIER_LOW:g} to {OUTLIER_HIGH:g} above the rest at a random column: a kernel must
-subtract the row maximum (or keep a running one) before `exp`, or it over/underflows.
+in {OUTLIER_EVERY} has one element {OUTLIER_LOW:g} to {OUTLIER_HIGH:g} above the rest at a random column (the heights
+spread over the rows): a kernel must subtract the row maximum (or keep a running one) before `exp`, or it
+over/underflows.
 
 Shapes: `bench` (4096 x 8192, 128 MiB each way: a bandwidth problem, about 63 us at 4.24 TB/s),
 `small` (67 x 129) and `odd` (3 x 1000): neither is a power of two, so the tails must be masked.
@@ -68,12 +72,13 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
 
 
 def _add_outliers(x: torch.Tensor, gen: torch.Generator) -> None:
-    """OUTLIER_EVERY's outliers, in place: rows drawn without repeats, a column and a height each."""
+    """OUTLIER_EVERY's outliers, in place: rows drawn without repeats, a column each, the heights spread evenly."""
     rows, cols = x.shape
     n = max(1, rows // OUTLIER_EVERY)
     at_rows = torch.randperm(rows, generator=gen, device=x.device)[:n]
     at_cols = torch.randint(cols, (n,), generator=gen, device=x.device)
-    height = torch.rand(n, generator=gen, device=x.device, dtype=x.dtype) * (OUTLIER_HIGH - OUTLIER_LOW) + OUTLIER_LOW
+    steps = torch.arange(n, device=x.device, dtype=x.dtype) / max(1, n - 1)
+    height = OUTLIER_HIGH - (OUTLIER_HIGH - OUTLIER_LOW) * steps
     x.index_put_((at_rows, at_cols), height, accumulate=True)
 
 

@@ -410,8 +410,20 @@ def softmax_shift_by_max_of_first_half(x: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def softmax_shift_by_first_element_plus(c: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The first element plus a constant: any c that keeps every row's exp() in range would pass."""
+
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        e = (x - x[:, :1] - c).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+    return shifted
+
+
 SOFTMAX_APPROXIMATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "shift_by_first_element": softmax_shift_by_first_element,
+    **{f"shift_by_first_element_plus_{c:g}": softmax_shift_by_first_element_plus(c) for c in (30.0, 60.0, 90.0,
+                                                                                            120.0, 160.0)},
     "shift_by_max_of_first_half": softmax_shift_by_max_of_first_half,
     "fp16_exp_and_sum": softmax_fp16_exp,
     "output_bf16": softmax_output_bf16,

@@ -109,3 +109,22 @@ def test_one_bit_a_swap_or_a_longer_tensor_gives_another_digest() -> None:
     for other in (flipped, swapped, longer):
         assert not torch.equal(kernel_digest(other), base)
     assert torch.equal(kernel_digest(t.clone()), base)
+
+
+def test_a_view_that_starts_between_words_is_digested_as_its_own_bytes() -> None:
+    base = torch.randn(1026).to(torch.float16)
+    view = base[1:1025]
+    assert view.storage_offset() % 2 == 1  # 2 bytes past a word
+    assert torch.equal(words_of(view), words_of(view.clone()))
+
+
+def test_the_judge_and_the_rep_pick_the_digest_by_the_profile_not_by_a_tensors_device() -> None:
+    """The judge's fetched outputs arrive on the host; a rep's are on the GPU: the digest is chosen by whether the
+    profile runs on a GPU, so both compute the same one."""
+    from tools.timing import commitment
+
+    t = torch.randn(100)
+    cpu = commitment([t], gpu=False)
+    assert cpu == commitment([t.clone()], gpu=False) and len(cpu) == 1 and len(cpu[0]) == 64
+    if torch.cuda.is_available():
+        assert commitment([t], gpu=True) == commitment([t.cuda()], gpu=True) != cpu
