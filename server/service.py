@@ -272,13 +272,14 @@ class Service:
             _census_failed(report, slower)
         elif status == "passed":
             verification["by"] += "+census"
-        elif status == "unavailable" and os.environ.get(CENSUS_WAIVER) != "1":
+        elif status == "unprofiled" or (status == "unavailable" and os.environ.get(CENSUS_WAIVER) != "1"):
             # Without Nsight nothing outside the candidate's process sees what ran, and torch compute that escaped
             # its in-process guard would become a verified best: correct and timed, not verified. An operator
             # may waive the census for a machine without ncu (CENSUS_WAIVER); the report says it was waived.
             report.verified = False
-            verification["note"] = (f"not verified: no kernel census could run ({census.get('reason')}); set "
-                                    f"{CENSUS_WAIVER}=1 where the server runs to accept timings without one")
+            waiver = f"; set {CENSUS_WAIVER}=1 where the server runs to accept timings without one" \
+                if status == "unavailable" else ""
+            verification["note"] = f"not verified: no kernel census could run ({census.get('reason')}){waiver}"
         elif status == "unavailable":
             verification["census"] = {**census, "waived": True}
         elif status != "not_applicable":

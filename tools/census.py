@@ -126,10 +126,18 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "status": "failed", "kernels": [],
                 "reason": f"Nsight Compute's report was malformed ({exc}): a report written by the candidate's "
                           "process is not the profiler's"}
+    ncu_said = (proc.stderr or "")[-700:] + (proc.stdout or "")[-700:]
     if target_rc != "0":
-        tail = (printed or proc.stderr or proc.stdout)[-1500:]
+        tail = (printed[-800:] + "\n" + ncu_said) if printed else ncu_said
         return {"ok": False, "status": "failed", "kernels": [],
                 "reason": f"the candidate did not complete its census calls (exit {proc.returncode}): {tail}"}
+    if not kernels:
+        # Nothing profiled at all, although entry() ran: ncu could not profile here (no access to the GPU's
+        # counters, a driver it does not support), which says nothing of the candidate: the timing stays correct
+        # and is not verified (tools' service; no operator waiver), and, not being a refusal, it is not kept in the
+        # log: the census is asked again once ncu works.
+        return {"ok": False, "status": "unprofiled", "kernels": [],
+                "reason": f"Nsight Compute profiled no kernel of the census run: {ncu_said.strip()[-1000:]}"}
     wrong = _wrong_outputs(problem, inputs, outputs)
     if wrong:
         return {"ok": False, "status": "refused", "kernels": [],

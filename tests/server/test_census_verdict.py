@@ -38,6 +38,7 @@ class CensusPool:
     ({"status": "passed", "kernel_us_per_call": 50.0}, False, "census_failed"),  # 5 us median, 50 us of kernels
     ({"status": "refused", "reason": "torch ran aten::mm"}, False, "census_failed"),
     ({"status": "unavailable", "reason": "no ncu"}, False, None),  # correct and timed, not verified
+    ({"status": "unprofiled", "reason": "ERR_NVGPUCTRPERM"}, False, None),  # ncu there, but it profiled nothing
 ])
 def test_the_census_answer_decides_the_verdict(tmp_path: Path, census: dict[str, Any], verified: bool,
                                                error_class: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,13 +70,17 @@ def test_the_census_answer_decides_the_verdict(tmp_path: Path, census: dict[str,
 def test_an_operator_may_waive_the_census_where_ncu_cannot_run(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MARATHON_CENSUS_OPTIONAL", "1")
-    service = Service(log=EventLog(tmp_path / "marathon.db"),  # type: ignore[arg-type]
-                      pool=CensusPool({"status": "unavailable", "reason": "no ncu"}), cache_dir=tmp_path / "cache")
-    try:
-        report = service.profile("softmax", STARTER)
-        best = service.best("softmax")
-    finally:
-        service.close()
-    assert report.verified is True and report.verification is not None
-    assert report.verification["census"]["waived"] is True
-    assert best is not None and best["id"] == report.attempt_id
+    for status, waived in (("unavailable", True), ("unprofiled", False)):  # a GPU without ncu; ncu that failed
+        service = Service(log=EventLog(tmp_path / f"{status}.db"),  # type: ignore[arg-type]
+                          pool=CensusPool({"status": status, "reason": "no ncu"}), cache_dir=tmp_path / "cache")
+        try:
+            report = service.profile("softmax", STARTER)
+            best = service.best("softmax")
+        finally:
+            service.close()
+        assert report.verified is waived and report.verification is not None
+        if waived:
+            assert report.verification["census"]["waived"] is True
+            assert best is not None and best["id"] == report.attempt_id
+        else:
+            assert best is None and report.correct is True
