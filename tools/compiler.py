@@ -24,7 +24,7 @@ from tools import guard
 from tools.candidate import source_sha, write_candidate
 from tools.environment import project_root, scrubbed_env
 from tools.reports import CompileResult, UndeclaredFields, built
-from tools.written import read_written
+from tools.written import read_written, write_new
 
 TARGET = "cuda:sm_90"
 CAPTURE_TIMEOUT_S = 180.0
@@ -69,8 +69,10 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     req = workdir / f"{module.rsplit('.', 1)[-1]}_request.json"
     res = workdir / f"{module.rsplit('.', 1)[-1]}_result.json"
-    req.write_text(json.dumps(request))
-    res.unlink(missing_ok=True)
+    # The folder is the one an earlier step ran candidate code in: it may have left links where these files go.
+    write_new(req, json.dumps(request))
+    if os.path.lexists(res):
+        os.unlink(res)
     env = scrubbed_env()
     env["PYTHONPATH"] = str(project_root()) + os.pathsep + env.get("PYTHONPATH", "")
     # The step runs candidate code confined to `workdir` (tools.sandbox.confine): its caches live there too.

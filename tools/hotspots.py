@@ -12,6 +12,7 @@ cubin's line table. Without a GPU, tools.sass_lines.instruction_mix() is the sta
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from typing import Any
 from tools.ncu_run import find_ncu, run_target, target_output
 from tools.ncu_source_page import KernelSamples, parse_source_page
 from tools.sass_lines import disassemble, line_table, source_location
+from tools.written import read_written
 
 CANDIDATE_NAME = "candidate.py"
 
@@ -57,6 +59,26 @@ def _shares(counter: Counter[str], total: int, n: int) -> dict[str, float]:
     return {k: round(100.0 * v / total, 1) for k, v in counter.most_common(n) if v} if total else {}
 
 
+CUBIN_LIMIT_BYTES = 64 << 20
+CUBIN_COUNT_LIMIT = 256
+
+
+def _take_cubins(written: Path, cubins: Path) -> None:
+    """The cubins the target wrote, copied out of its folder: regular `.cubin` files only, within limits (what is
+    there is the candidate's to choose: links, FIFOs, any number of files)."""
+    cubins.mkdir(exist_ok=True)
+    try:
+        entries = sorted(os.listdir(written))[:CUBIN_COUNT_LIMIT]
+    except OSError:
+        return
+    for name in entries:
+        if not name.endswith(".cubin") or "/" in name:
+            continue
+        data = read_written(written / name, CUBIN_LIMIT_BYTES)
+        if data is not None:
+            (cubins / name).write_bytes(data)
+
+
 def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15, timeout: float = 600.0,
                  save_dir: Path | None = None) -> dict[str, Any]:
     """Run entry() once under ncu with source-level sampling and return each kernel's hotspots. With
@@ -65,15 +87,20 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
     if ncu is None:
         return {"ok": False, "error": "ncu (Nsight Compute) is not installed here"}
     with tempfile.TemporaryDirectory(prefix="marathon-hotspots-") as tmp:
-        work = Path(tmp)
-        cubins = work / "cubins"
-        report = work / "report"
+        # The target writes only in `work`; ncu's report and the cubins read here live beside it, out of its reach
+        # (a link it left where ncu writes its report would have ncu, unconfined, write through it).
+        work = Path(tmp) / "target"
+        work.mkdir()
+        written = work / "cubins"
+        cubins = Path(tmp) / "cubins"
+        report = Path(tmp) / "report"
         try:
             # A fresh Triton cache: a cached cubin built from another file with the same kernel source would
             # carry that file's name in its line table, and its lines would not read as the candidate's.
             run = run_target(ncu, work, ["--section", "SourceCounters", "--section", "WarpStateStats", "-f", "-o",
                                          str(report)], timeout, problem, shape, source, CANDIDATE_NAME,
-                             env={"TRITON_CACHE_DIR": str(work / "triton-cache")}, calls=1, cubin_dir=str(cubins))
+                             env={"TRITON_CACHE_DIR": str(work / "triton-cache")}, calls=1, cubin_dir=str(written))
+            _take_cubins(written, cubins)
             if run.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
                 return {"ok": False, "error": f"ncu exited with {run.returncode}: "
                                               f"{(target_output(work) or run.stderr or run.stdout)[-1500:]}"}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.triton_bin import nvidia_binary
+from tools.written import read_written
 
 _LINE_RE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _OFFSET_RE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/")
@@ -42,16 +43,28 @@ def line_table(nvdisasm_output: str) -> dict[int, tuple[str, int]]:
     return table
 
 
+DISASSEMBLE_TIMEOUT_S = 120.0
+SOURCE_LIMIT_BYTES = 16 << 20  # a source file named by a line table
+
+
 def disassemble(cubin: Path) -> str:
     return subprocess.run([str(nvidia_binary("nvdisasm")), "-gi", "-c", str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
+                          check=True, timeout=DISASSEMBLE_TIMEOUT_S).stdout
+
+
+def _read_source(path: str) -> str | None:
+    """A source file a cubin's line table names (which a candidate's cubin chooses): a regular file only, within a
+    limit, so that a name like /dev/zero or a FIFO cannot exhaust or stall the reader."""
+    data = read_written(Path(path), SOURCE_LIMIT_BYTES)
+    return data.decode("utf-8", "replace") if data is not None else None
 
 
 @functools.lru_cache(maxsize=64)
 def _library_functions(path: str) -> list[tuple[int, int, str]]:
+    text = _read_source(path)
     try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError):
+        tree = ast.parse(text or "")
+    except (SyntaxError, ValueError):
         return []
     return [(node.lineno, node.end_lineno or node.lineno, node.name) for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef)]
@@ -64,10 +77,7 @@ def _enclosing_function(path: str, line: int) -> str | None:
 
 def _source_line(path: str, line: int, cache: dict[str, list[str]]) -> str:
     if path not in cache:
-        try:
-            cache[path] = Path(path).read_text().splitlines()
-        except OSError:
-            cache[path] = []
+        cache[path] = (_read_source(path) or "").splitlines()
     lines = cache[path]
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 

@@ -1,8 +1,9 @@
-"""Files that sandboxed code wrote, as trusted code reads them.
+"""Files in folders that sandboxed code could write, as trusted code reads and writes them.
 
 A process that ran candidate code may leave, in place of the file it was asked to write, a link (to the token, to
-/dev/zero), a FIFO (a read that never returns) or a file of any size. Trusted code reads such a file only as a
-regular file, opened without following a link and without blocking, and only up to a limit.
+/dev/zero), a FIFO (a read that never returns) or a file of any size; in place of a file trusted code is about to
+write, a link to the file it means to overwrite. Trusted code reads such a file only as a regular file, opened
+without following a link and without blocking, and only up to a limit; it writes only a file it creates anew.
 """
 
 from __future__ import annotations
@@ -37,3 +38,13 @@ def read_written(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write `text` into a file created anew at `path`: whatever is there (a link, a file) is removed first, and
+    the create refuses to follow one put back in between."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

@@ -232,3 +232,26 @@ def test_string_and_dtype_constexprs_are_compiled(tmp_path: Path) -> None:
     assert r.ok, r.errors
     assert r.kernels[0].constexprs["MODE"] == "tf32x3"
     assert r.kernels[0].constexprs["ACC"] == "fp32"
+
+
+def test_a_link_the_capture_step_leaves_is_not_written_through(tmp_path: Path) -> None:
+    """The capture step runs candidate code in the folder where the trusted side then writes the next step's
+    request: a link left in its place (to the token, to the project's code) must not be followed."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("untouched")
+    plant = (f"import os as _os\nif not _os.path.lexists('aot_request.json'):\n"
+             f"    _os.symlink({str(victim)!r}, 'aot_request.json')\n")
+    r = compile_candidate("softmax", plant + SOFTMAX, "bench", cache_dir=tmp_path / "cache")
+    assert victim.read_text() == "untouched" and not victim.is_symlink()
+    assert r.ok, r.errors  # the request went into a file of its own, and the step read it
+
+
+def test_write_new_replaces_a_link_instead_of_writing_through_it(tmp_path: Path) -> None:
+    from tools.written import write_new
+
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (tmp_path / "request.json").symlink_to(victim)
+    write_new(tmp_path / "request.json", "{}")
+    assert victim.read_text() == "untouched"
+    assert (tmp_path / "request.json").read_text() == "{}" and not (tmp_path / "request.json").is_symlink()
