@@ -10,6 +10,7 @@ uses wgmma (HGMMA) and TMA (UTMALDG/UTMASTG, UBLKCP).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -197,6 +198,7 @@ def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text())
     out_path = Path(argv[1])
     path = Path(request["candidate_path"])
+    os.chdir(out_path.parent)  # started elsewhere (tools.compiler): its folder, for the candidate's own files
     confine(out_path.parent, cuda=False)  # importing the candidate runs its module code: it may write only here
     kernels: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []

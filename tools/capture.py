@@ -163,6 +163,7 @@ def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text())
     out_path = Path(argv[1])
     path = Path(request["candidate_path"])
+    os.chdir(out_path.parent)  # started elsewhere (tools.compiler): its folder, for the candidate's own files
     confine(out_path.parent, cuda=False)  # the candidate's code runs below: it may write only here
     try:
         result = {"ok": True, **capture_launches(path, request["problem"], request["shape"])}

@@ -32,6 +32,7 @@ from tools.environment import project_root, scrubbed_env
 from tools.guard import kernel_names
 from tools.ncu import summarize_csv
 from tools.ncu_run import TARGET_LOG, MalformedReport, detach_output, find_ncu, report_rows, target_output
+from tools.reaped import REAP_GRACE_S, TIMED_OUT, reaped, trusted_python
 from tools.sandbox import triton_cache_of
 from tools.written import read_written
 
@@ -109,13 +110,16 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         for name in ("MARATHON_HOME", "XDG_STATE_HOME", "TRITON_INTERPRET"):
             env.pop(name, None)
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--metrics",
-               "gpu__time_duration.sum", sys.executable, "-m", "tools.census", str(spec)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job.get("timeout", CENSUS_TIMEOUT_S),
+               "gpu__time_duration.sum", *trusted_python("tools.census", str(spec))]
+        limit = float(job.get("timeout", CENSUS_TIMEOUT_S))
+        timed_out = {"ok": False, "status": "failed", "reason": f"the census run took longer than {limit:.0f} s"}
+        try:  # under tools.reaped: nothing the candidate starts outlives the census
+            proc = subprocess.run(reaped(limit, cmd), capture_output=True, text=True, timeout=limit + REAP_GRACE_S,
                                   cwd=work, env=env)
         except subprocess.TimeoutExpired:
-            return {"ok": False, "status": "failed",
-                    "reason": f"the census run took longer than {CENSUS_TIMEOUT_S:.0f} s"}
+            return timed_out
+        if proc.returncode == TIMED_OUT:
+            return timed_out
         rc = read_written(work / "rc", 16)  # the target's folder: what the candidate left there, links included
         target_rc = rc.decode("ascii", "replace").strip() if rc is not None else None
         outputs = _load_outputs(work / "outputs.pt") if target_rc == "0" else None

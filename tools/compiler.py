@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from tools import guard
 from tools.candidate import source_sha, write_candidate
 from tools.environment import project_root, scrubbed_env
+from tools.reaped import REAP_GRACE_S, TIMED_OUT, reaped, trusted_python
 from tools.reports import CompileResult, UndeclaredFields, built
 from tools.written import read_written, write_new
 
@@ -86,23 +87,29 @@ def _run_step(module: str, request: dict[str, Any], workdir: Path, timeout: floa
         env.pop("TRITON_INTERPRET", None)
     step = module.rsplit(".", 1)[-1]
     started = time.monotonic()
+    timed_out = {"ok": False, "error": {"message": f"{step} took longer than {timeout:.0f} s and was stopped (a "
+                                                   "hang?)", "line": None, "error_class": "timeout"}}
+    # Started outside the folder the previous step's candidate code wrote (it could have planted a `tools/` there,
+    # which `-m` would import before the step confines itself), and under tools.reaped, which kills whatever the
+    # step's candidate code left running once the step ends; the step moves into its folder itself.
+    cmd = reaped(timeout, trusted_python(module, str(req), str(res)))
     with tempfile.TemporaryFile(dir=workdir) as err:
-        proc = subprocess.Popen([sys.executable, "-m", module, str(req), str(res)], cwd=workdir, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=project_root(), env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         while True:
             try:
                 proc.wait(timeout=PROGRESS_EVERY_S)
                 break
             except subprocess.TimeoutExpired:
                 waited = time.monotonic() - started
-                if waited >= timeout:
-                    proc.kill()
+                if waited >= timeout + REAP_GRACE_S:  # the shim stops the step at `timeout`; this is its backstop
+                    os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-                    return {"ok": False, "error": {"message": f"{step} took longer than {timeout:.0f} s and was "
-                                                              "stopped (a hang?)", "line": None,
-                                                   "error_class": "timeout"}}
+                    return timed_out
                 if progress is not None:
                     progress(f"compile: {step} running for {waited:.0f} s (limit {timeout:.0f} s)")
+        if proc.returncode == TIMED_OUT:
+            return timed_out
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace")
     if not res.exists():

@@ -14,7 +14,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.environment import project_root, scrubbed_env
+from tools.reaped import trusted_python
 from tools.sandbox import descendants
 
 DEFAULT_JOB_TIMEOUT_S = float(os.environ.get("MARATHON_JOB_TIMEOUT", "600"))
@@ -105,7 +105,7 @@ class WorkerProcess:
         self._from_child, from_child_w = os.pipe()
         env = worker_env(gpu, root)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.worker", str(to_child_r), str(from_child_w)],
+            trusted_python("tools.worker", str(to_child_r), str(from_child_w)),
             cwd=self.dir, env=env, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         os.close(to_child_r)

@@ -255,3 +255,44 @@ def test_write_new_replaces_a_link_instead_of_writing_through_it(tmp_path: Path)
     write_new(tmp_path / "request.json", "{}")
     assert victim.read_text() == "untouched"
     assert (tmp_path / "request.json").read_text() == "{}" and not (tmp_path / "request.json").is_symlink()
+
+
+def test_a_module_the_capture_step_plants_is_not_imported_by_the_next_step(tmp_path: Path) -> None:
+    """The capture step may write its folder: a `tools/aot.py` planted there was imported by `python -m tools.aot`
+    started in that folder, and ran as the server's user before its sandbox closed."""
+    marker = tmp_path / "planted-ran"
+    payload = f"open({str(marker)!r}, 'w').write('ran')\\nraise SystemExit(0)\\n"
+    plant = ("import os as _os\n"
+             "if _os.path.exists('capture_request.json'):\n"
+             "    _os.makedirs('tools', exist_ok=True)\n"
+             "    open('tools/__init__.py', 'w').write('')\n"
+             f"    open('tools/aot.py', 'w').write({payload!r})\n"
+             f"    open('json.py', 'w').write({payload!r})\n")
+    r = compile_candidate("softmax", plant + SOFTMAX, "bench", cache_dir=tmp_path / "cache")
+    assert not marker.exists()
+    assert r.ok and r.kernels, r.errors  # the project's own AOT step compiled the kernel
+
+
+def test_no_process_the_candidate_starts_outlives_its_compile_step(tmp_path: Path) -> None:
+    """A daemon (fork, setsid, fork, exec) from the candidate's module code, in each step: reaped with the step."""
+    import os
+    import time
+
+    tag = f"marathon-daemon-{os.getpid()}-{time.monotonic_ns()}"
+    daemon = ("import os as _os\n"
+              "if _os.fork() == 0:\n"
+              "    _os.setsid()\n"
+              "    if _os.fork() == 0:\n"
+              f"        _os.execvp('sleep', [{tag!r}, '120'])\n"  # its name in ps: the tag
+              "    _os._exit(0)\n")
+    compile_candidate("softmax", daemon + SOFTMAX, "bench", cache_dir=tmp_path / "cache")
+    alive = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and tag.encode() in (Path("/proc") / pid / "cmdline").read_bytes():
+                alive.append(int(pid))
+        except OSError:
+            continue
+    for pid in alive:
+        os.kill(pid, 9)
+    assert alive == []

@@ -166,3 +166,30 @@ def test_a_live_processs_output_is_read_without_waiting_for_its_pipe_to_close() 
     session.exit_status = "exited with code 0"
     session.output()
     assert waits == [0.0, OUTPUT_WAIT_S], "only an ended process's pipe is waited for"
+
+
+def test_the_reaping_shim_stops_its_command_at_its_limit_and_leaves_nothing() -> None:
+    """tools.reaped: the command's status, 124 when its time ran out, and no process it started left running."""
+    import subprocess
+    import sys
+    import time
+
+    from tools.reaped import TIMED_OUT, reaped
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    tag = f"reaped-probe-{time.monotonic_ns()}"
+    leave = f"import os\nif os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', [{tag!r}, '60'])\n"
+    t0 = time.monotonic()
+    done = subprocess.run(reaped(30.0, [sys.executable, "-c", leave]), env=env, timeout=60)
+    assert done.returncode == 0 and time.monotonic() - t0 < 20
+    slow = subprocess.run(reaped(0.5, ["sleep", "30"]), env=env, timeout=60)
+    assert slow.returncode == TIMED_OUT
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, tag)]
+    assert left == []
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text.encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
