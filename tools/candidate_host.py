@@ -397,7 +397,7 @@ def serve(sock: socket.socket, path: Path) -> None:
             elif op == "done":
                 return
             else:
-                answer = {"ok": False, "error": {"error_class": "internal_error", "line": None,
+                answer = {"ok": False, "error": {"error_class": "protocol_error", "line": None,
                                                  "message": f"unknown request {op!r}"}}
         except BaseException as exc:  # a fault in the harness itself (or a candidate that broke it)
             answer = _error(exc, path)

@@ -123,8 +123,12 @@ def _raise_error(header: dict[str, Any]) -> None:
     if not isinstance(err, dict):
         raise Refusal("protocol_error", "the candidate's process answered neither a result nor an error")
     cls = str(err.get("error_class") or "runtime_error")
-    allowed = {"runtime_error", "rejected", "import_error", "wrong_output", "needs_gpu", "internal_error"}
-    if cls not in allowed:
+    # What the candidate's process says of its own failure: never a fault of the tools (internal_error is the
+    # judge's to say, and reads as "retry"); anything outside this list is its runtime error.
+    allowed = {"runtime_error", "rejected", "import_error", "wrong_output", "needs_gpu"}
+    if cls == "internal_error":
+        cls = "protocol_error"
+    elif cls not in allowed:
         cls = "runtime_error"
     line = err.get("line") if isinstance(err.get("line"), int) else None
     message = str(err.get("message") or "the candidate raised")[:4000]
@@ -319,7 +323,7 @@ def _judge(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         extra = dict(r.extra)
         return {**result, **_fail(r.error_class, r.message, r.line, **extra), "candidate_exit": status,
                 "trials": extra.get("trials", result.get("trials")), **session.output()}
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, ArithmeticError) as exc:
         # A reply that passed the wire's checks but not a field's: the candidate's process broke the protocol.
         status = session.close()
         return {**result, **_fail("protocol_error", f"the candidate's process sent a malformed answer "

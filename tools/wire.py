@@ -53,6 +53,16 @@ class Message:
         self.fds = []
 
 
+MAX_INT_DIGITS = 20  # past int64: a number that no field holds, and float() of it would overflow
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of a header: one that no float could hold is refused (10**400 made the judge's float() raise)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise WireError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 def send(sock: socket.socket, header: dict[str, Any], fds: list[int] | None = None) -> None:
     body = json.dumps(header, allow_nan=True).encode()
     if len(body) > MAX_HEADER_BYTES:
@@ -99,7 +109,7 @@ def recv(sock: socket.socket, timeout: float) -> Message:
         (length,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline, fds, want_fds=True))
         if length > MAX_HEADER_BYTES:
             raise WireError(f"a header of {length} bytes is over the {MAX_HEADER_BYTES}-byte limit")
-        header = json.loads(_recv_exact(sock, length, deadline, fds, want_fds=False))
+        header = json.loads(_recv_exact(sock, length, deadline, fds, want_fds=False), parse_int=_bounded_int)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         _close_all(fds)
         raise WireError(f"malformed header: {exc}") from None

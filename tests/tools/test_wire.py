@@ -140,3 +140,23 @@ def test_an_answers_descriptors_are_closed_unless_the_judge_takes_them(pair) -> 
         assert len(os.listdir("/proc/self/fd")) == before + (1 if takes else 0)
         wire.recv(b, 5.0)  # the request itself
         answer.close_fds()
+
+
+def test_an_integer_no_float_can_hold_is_refused(pair) -> None:
+    """10**400 in a timing sample made the judge's float() raise OverflowError: a crash reported as the tools'."""
+    a, b = pair
+    body = b'{"ok": true, "us": [' + b"1" + b"0" * 400 + b"]}"
+    a.sendall(struct.pack("!I", len(body)) + body)
+    with pytest.raises(wire.WireError, match="digits"):
+        wire.recv(b, 5.0)
+    wire.send(a, {"ok": True, "us": [12345678901234567890, -3]})
+    assert wire.recv(b, 5.0).header["us"] == [12345678901234567890, -3]
+
+
+def test_a_candidate_cannot_claim_the_tools_failed() -> None:
+    """internal_error reads as 'the tools broke, retry': the candidate's process saying so is a protocol error."""
+    from tools.judge import Refusal, _raise_error
+
+    with pytest.raises(Refusal) as caught:
+        _raise_error({"error": {"error_class": "internal_error", "message": "the harness lost its stash"}})
+    assert caught.value.error_class == "protocol_error"
