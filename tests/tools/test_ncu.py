@@ -66,6 +66,7 @@ def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(
     import sys
 
     from tools.environment import project_root
+    from tools.reaped import REAP_GRACE_S, trusted_python
 
     seen: dict = {}
 
@@ -80,14 +81,17 @@ def test_the_ncu_child_gets_the_candidate_the_target_and_a_clean_environment(
     proc = ncu.run_target("/opt/ncu", work, ["--section", "SourceCounters"], 60.0, "softmax", "bench",
                           "# the candidate\n", "cand.py", env={"TRITON_CACHE_DIR": str(work / "tc")}, calls=1)
     assert proc.returncode == 0
-    argv = seen["cmd"]
+    shim = seen["cmd"]  # ncu under tools.reaped, which enforces the limit and reaps what the target starts
+    assert shim[:shim.index("--")] == trusted_python("tools.reaped", "60.000")
+    argv = shim[shim.index("--") + 1:]
     assert argv[:5] == ["/opt/ncu", "--clock-control", "none", "--section", "SourceCounters"]
     assert argv[argv.index("--nvtx-include") + 1] == "profiled/"
-    assert argv[-4:-1] == [sys.executable, "-m", "tools.ncu"]
+    assert argv[-len(trusted_python("tools.ncu")) - 1:-1] == trusted_python("tools.ncu")
+    assert sys.executable in argv
     target = json.loads(Path(argv[-1]).read_text())
     assert target == {"problem": "softmax", "shape": "bench", "candidate": str(work / "cand.py"), "calls": 1}
     assert (work / "cand.py").read_text() == "# the candidate\n"
-    assert seen["cwd"] == work and seen["timeout"] == 60.0
+    assert seen["cwd"] == work and seen["timeout"] == 60.0 + REAP_GRACE_S
     env = seen["env"]
     assert isinstance(env, dict) and env["PYTHONPATH"] == str(project_root())
     assert env["TRITON_CACHE_DIR"] == str(work / "tc") and "MARATHON_TEST_SECRET" not in env
