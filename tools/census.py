@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,13 +31,13 @@ from tools.environment import project_root, scrubbed_env
 from tools.guard import kernel_names
 from tools.ncu import summarize_csv
 from tools.ncu_run import TARGET_LOG, MalformedReport, detach_output, find_ncu, report_rows, target_output
-from tools.reaped import REAP_GRACE_S, TIMED_OUT, reaped, trusted_python
+from tools.reaped import run_reaped, trusted_python
 from tools.sandbox import triton_cache_of
-from tools.written import read_written
+from tools.written import copy_written, read_written
 
 CENSUS_TIMEOUT_S = 300.0
 OUTPUTS_LIMIT_BYTES = 4 << 30  # the census run's outputs, as the profile's (tools.judge.OUTPUT_LIMIT_BYTES)
-CACHE_COPY_LIMIT_BYTES = 1 << 30
+CACHE_COPY_LIMIT_BYTES, CACHE_COPY_MAX_FILES = 1 << 30, 65536  # the source's Triton cache, copied
 CALLS = 2
 # torch kernels that only move or fill memory (what the guard's allowed aten ops launch).
 COPY_KERNELS = re.compile(r"(FillFunctor|direct_copy_kernel|CatArrayBatchedCopy|copy_kernel|"
@@ -102,7 +101,8 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         # to its own folder, and recompiling them is most of a census's time.
         compiled = triton_cache_of(worker.sandbox.root, source_sha(source))
         if compiled.is_dir() and not compiled.is_symlink():
-            _copy_cache(compiled, work / "triton-cache")
+            copy_written(compiled, work / "triton-cache", limit_bytes=CACHE_COPY_LIMIT_BYTES,
+                         max_files=CACHE_COPY_MAX_FILES)
         spec = work / "spec.json"
         spec.write_text(json.dumps({"workdir": str(work)}))
         env = scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
@@ -112,14 +112,10 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--metrics",
                "gpu__time_duration.sum", *trusted_python("tools.census", str(spec))]
         limit = float(job.get("timeout", CENSUS_TIMEOUT_S))
-        timed_out = {"ok": False, "status": "failed", "reason": f"the census run took longer than {limit:.0f} s"}
         try:  # under tools.reaped: nothing the candidate starts outlives the census
-            proc = subprocess.run(reaped(limit, cmd), capture_output=True, text=True, timeout=limit + REAP_GRACE_S,
-                                  cwd=work, env=env)
+            proc = run_reaped(cmd, limit, cwd=work, env=env)
         except subprocess.TimeoutExpired:
-            return timed_out
-        if proc.returncode == TIMED_OUT:
-            return timed_out
+            return {"ok": False, "status": "failed", "reason": f"the census run took longer than {limit:.0f} s"}
         rc = read_written(work / "rc", 16)  # the target's folder: what the candidate left there, links included
         target_rc = rc.decode("ascii", "replace").strip() if rc is not None else None
         outputs = _load_outputs(work / "outputs.pt") if target_rc == "0" else None
@@ -158,22 +154,6 @@ def run_census(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     durations = summarize_csv(proc.stdout, calls=CALLS)
     kernel_us = durations.get("gpu_time_us_per_call") if durations else None
     return {"ok": True, "status": "passed", "kernels": rows, "calls": CALLS, "kernel_us_per_call": kernel_us}
-
-
-def _copy_cache(src: Path, dst: Path) -> None:
-    """The source's Triton cache, which its candidate processes wrote: regular files and folders only (a link could
-    point the copy at /usr or /dev/zero), up to CACHE_COPY_LIMIT_BYTES in all."""
-    left = CACHE_COPY_LIMIT_BYTES
-    for folder, dirs, files in os.walk(src):  # links to folders are listed, not entered
-        rel = Path(folder).relative_to(src)
-        (dst / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            data = read_written(Path(folder) / name, left)
-            if data is None:
-                continue
-            left -= len(data)
-            (dst / rel / name).write_bytes(data)
-        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
 
 
 def _load_outputs(path: Path) -> list[Any] | None:

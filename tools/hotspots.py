@@ -12,7 +12,6 @@ cubin's line table. Without a GPU, tools.sass_lines.instruction_mix() is the sta
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +22,7 @@ from typing import Any
 from tools.ncu_run import find_ncu, run_target, target_output
 from tools.ncu_source_page import KernelSamples, parse_source_page
 from tools.sass_lines import disassemble, line_table, source_location
-from tools.written import read_written
+from tools.written import copy_written
 
 CANDIDATE_NAME = "candidate.py"
 
@@ -59,24 +58,7 @@ def _shares(counter: Counter[str], total: int, n: int) -> dict[str, float]:
     return {k: round(100.0 * v / total, 1) for k, v in counter.most_common(n) if v} if total else {}
 
 
-CUBIN_LIMIT_BYTES = 64 << 20
-CUBIN_COUNT_LIMIT = 256
-
-
-def _take_cubins(written: Path, cubins: Path) -> None:
-    """The cubins the target wrote, copied out of its folder: regular `.cubin` files only, within limits (what is
-    there is the candidate's to choose: links, FIFOs, any number of files)."""
-    cubins.mkdir(exist_ok=True)
-    try:
-        entries = sorted(os.listdir(written))[:CUBIN_COUNT_LIMIT]
-    except OSError:
-        return
-    for name in entries:
-        if not name.endswith(".cubin") or "/" in name:
-            continue
-        data = read_written(written / name, CUBIN_LIMIT_BYTES)
-        if data is not None:
-            (cubins / name).write_bytes(data)
+CUBINS_LIMIT_BYTES, CUBINS_MAX_FILES = 1 << 30, 256  # the cubins the target writes, copied out of its folder
 
 
 def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15, timeout: float = 600.0,
@@ -100,7 +82,8 @@ def ncu_hotspots(problem: str, source: str, shape: str = "bench", top: int = 15,
             run = run_target(ncu, work, ["--section", "SourceCounters", "--section", "WarpStateStats", "-f", "-o",
                                          str(report)], timeout, problem, shape, source, CANDIDATE_NAME,
                              env={"TRITON_CACHE_DIR": str(work / "triton-cache")}, calls=1, cubin_dir=str(written))
-            _take_cubins(written, cubins)
+            copy_written(written, cubins, limit_bytes=CUBINS_LIMIT_BYTES, max_files=CUBINS_MAX_FILES,
+                         suffix=".cubin")
             if run.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
                 return {"ok": False, "error": f"ncu exited with {run.returncode}: "
                                               f"{(target_output(work) or run.stderr or run.stdout)[-1500:]}"}

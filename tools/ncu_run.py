@@ -27,7 +27,7 @@ from typing import Any
 
 from tools.candidate import jit_functions
 from tools.environment import project_root, scrubbed_env
-from tools.reaped import REAP_GRACE_S, TIMED_OUT, reaped, trusted_python
+from tools.reaped import run_reaped, trusted_python
 from tools.written import read_written
 
 TARGET_LOG = "target.log"  # in the target's folder: what it printed
@@ -120,11 +120,7 @@ def run_target(ncu: str, work: Path, ncu_args: list[str], timeout: float, proble
     # Under tools.reaped: nothing the candidate starts outlives the run (its time limit is the shim's).
     run_env = scrubbed_env({"PYTHONPATH": str(project_root()), "HOME": str(work), "TMPDIR": str(work),
                             "TRITON_CACHE_DIR": str(work / "triton-cache"), **(env or {})})
-    proc = subprocess.run(reaped(timeout, cmd), capture_output=True, text=True, timeout=timeout + REAP_GRACE_S,
-                          cwd=work, env=run_env)
-    if proc.returncode == TIMED_OUT:
-        raise subprocess.TimeoutExpired(cmd, timeout)
-    return proc
+    return run_reaped(cmd, timeout, cwd=work, env=run_env)
 
 
 def dump_cubins(module: Any, folder: Path) -> None:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 TIMED_OUT = 124
 SWEEP_S = 20.0
@@ -33,6 +34,16 @@ def trusted_python(module: str, *args: str) -> list[str]:
 def reaped(timeout_s: float, cmd: list[str]) -> list[str]:
     """`cmd` under this shim, its processes reaped when it ends or after `timeout_s`."""
     return trusted_python("tools.reaped", f"{timeout_s:.3f}", "--", *cmd)
+
+
+def run_reaped(cmd: list[str], timeout_s: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """subprocess.run of `cmd` under the shim, text output captured: TimeoutExpired when its time ran out (the
+    shim's limit, or this call's backstop beyond it)."""
+    proc = subprocess.run(reaped(timeout_s, cmd), capture_output=True, text=True, timeout=timeout_s + REAP_GRACE_S,
+                          **kwargs)
+    if proc.returncode == TIMED_OUT:
+        raise subprocess.TimeoutExpired(cmd, timeout_s)
+    return proc
 
 
 def main(argv: list[str]) -> int:

@@ -373,7 +373,7 @@ def _source_dir(root: Path, sha: str) -> Path:
         _remove(folder)  # not ours (another user's server): never reuse it
     _remove(work)
     cache = folder / "triton-cache"
-    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
+    if _is_link_or_foreign(cache):
         _remove(cache)
     for d in (folder, work, cache):
         d.mkdir(mode=0o700, exist_ok=True)

@@ -48,3 +48,26 @@ def write_new(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def copy_written(src: Path, dst: Path, *, limit_bytes: int, max_files: int, suffix: str = "") -> None:
+    """Copy the regular files under `src` (names ending in `suffix`) to the same places under `dst`, at most
+    `max_files` of them and `limit_bytes` in all: links to folders are not entered, links, FIFOs and devices not
+    read (the folder is what candidate code left: a link to /usr or /dev/zero, any number of files)."""
+    left, files_left = limit_bytes, max_files
+    for folder, dirs, files in os.walk(src):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+        out = dst / here.relative_to(src)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in sorted(files):
+            if files_left <= 0:
+                return
+            if not name.endswith(suffix):
+                continue
+            data = read_written(here / name, left)
+            if data is None:
+                continue
+            files_left -= 1
+            left -= len(data)
+            (out / name).write_bytes(data)

@@ -41,9 +41,8 @@ def test_no_timed_rep_sees_inputs_seen_before(cpu_timed: Profile) -> None:
     assert r["verification"]["bounds"]["checked_reps"] == r["timing"]["reps"] == 30
 
 
-# The reps run a stand-in that returns garbage; when the judge fetches the reps it checks, the patched fetch
-# computes their right outputs (it kept the seeds) and writes them into the stash before sending it.
-FILL_STASH_LATE = '''
+# A patched harness whose reps run a stand-in that returns garbage; it keeps the batch's seeds.
+LAZY_BATCH = '''
 import torch as _torch
 
 _Host = _torch.sys.modules["tools.candidate_host"].Host
@@ -62,7 +61,11 @@ def _lazy_batch(self, msg):
         self.entry = real
     self._late_seeds = seeds
     return answer
+'''
 
+# ...and when the judge fetches the reps it checks, the patched fetch computes their right outputs (from the seeds
+# it kept) and writes them into the stash before sending it.
+FILL_STASH_LATE = LAZY_BATCH + '''
 
 def _late_fetch(self, msg):
     name, shape = self.rep_recipe
@@ -109,13 +112,9 @@ _Host.batch = _no_commit
 # flips, then magnitudes below 4e-8, all inside the 1e-7 atol) until they meet that commitment. Against a sum of
 # the outputs' bit patterns (the commitment before it was a digest) every forged rep met its commitment and only the
 # bracket refused the profile, for the stand-in's samples; on a GPU a stand-in padded to its samples passes that.
-FORGE_COMMITMENT = '''
-import torch as _torch
-
-_Host = _torch.sys.modules["tools.candidate_host"].Host
+FORGE_COMMITMENT = LAZY_BATCH + '''
 _timing = _torch.sys.modules["tools.timing"]
-_problems = _torch.sys.modules["kernels"]
-_setup, _batch, _fetch = _Host.time_setup, _Host.batch, _Host.fetch
+_setup = _Host.time_setup
 _TINY = 4e-8
 _TINY_BITS = int(_torch.tensor([_TINY]).view(_torch.int32)[0])
 
@@ -147,17 +146,10 @@ def _setup_and_keep(self, msg):
     return answer
 
 
-def _lazy_batch(self, msg):
-    seeds = [int(s) for s in msg.header.get("seeds", [])]
-    if not seeds:
-        return _batch(self, msg)
-    real, self.entry = self.entry, (lambda *inputs: _torch.empty_like(inputs[0]))
-    try:
-        answer = _batch(self, msg)
-    finally:
-        self.entry = real
-    answer["commits"] = [list(self._target) for _ in seeds]
-    self._late_seeds = seeds
+def _committing_batch(self, msg):
+    answer = _lazy_batch(self, msg)
+    if msg.header.get("seeds"):
+        answer["commits"] = [list(self._target) for _ in self._late_seeds]
     return answer
 
 
@@ -175,7 +167,7 @@ def _forging_fetch(self, msg):
     return _fetch(self, msg)
 
 
-_Host.time_setup, _Host.batch, _Host.fetch = _setup_and_keep, _lazy_batch, _forging_fetch
+_Host.time_setup, _Host.batch, _Host.fetch = _setup_and_keep, _committing_batch, _forging_fetch
 '''
 
 
