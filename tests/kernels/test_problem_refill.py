@@ -37,3 +37,32 @@ def test_in_place_refills_keep_make_inputs_distribution(name: str) -> None:
         m64, r64 = m.double(), r.double()
         assert abs(m64.mean() - r64.mean()) < 0.05 * max(1.0, float(m64.std()))
         assert abs(float(m64.std()) / float(r64.std()) - 1) < 0.05
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [p.name for p in list_problems()])
+def test_a_reps_refill_and_commitment_never_wait_on_the_gpu(name: str) -> None:
+    """A timed rep's untimed work must only queue GPU work: an op that waits on the GPU (a softmax refill that
+    indexed with index_put_(accumulate=True) did, on the H200) makes the reps host-bound, and the bracket then
+    refuses honest kernels. Checked structurally: with a long spin queued ahead, the spin is still running when
+    the refill and the digest of an output have returned (a wait would have outlasted it)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tools.timing import DIGEST_WORDS, commit_outputs, gpu_spin
+
+    problem = get_problem(name)
+    for shape in problem.shapes:
+        buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in problem.inputs(shape, 1, "cuda")]
+        out = next(x for x in buffers if isinstance(x, torch.Tensor))
+        row = torch.zeros((1, DIGEST_WORDS), dtype=torch.int32, device="cuda")
+        problem.refill(buffers, shape, 2)  # first calls (allocator, generator) may wait; the reps' do not
+        commit_outputs([out], row, gpu=True)
+        torch.cuda.synchronize()
+        gpu_spin(2_000_000_000)  # about a second at the H200's highest clock
+        after_spin = torch.cuda.Event()
+        after_spin.record()
+        problem.refill(buffers, shape, 3)
+        commit_outputs([out], row, gpu=True)
+        still_running = not after_spin.query()
+        torch.cuda.synchronize()
+        assert still_running, f"{name} at {shape}: the refill or the commitment waited for the GPU"
