@@ -6,6 +6,8 @@ write of the output is the floor, so the roofline is bandwidth. The float64 refe
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kernels.softmax.reference import reference
@@ -72,17 +74,22 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
 
 
 def _add_outliers(x: torch.Tensor, gen: torch.Generator) -> None:
-    """OUTLIER_EVERY's outliers, in place: rows drawn without repeats, a column each, the heights spread evenly."""
+    """OUTLIER_EVERY's outliers, in place: rows drawn without repeats, a column each, the heights spread evenly.
+
+    Few ops, none that waits on the GPU: a timed rep's refill runs this, and its host time is in the wall the bracket
+    checks. index_put_(accumulate=True), which it was, sorts its indices on CUDA and made a rep's refill wait on the
+    GPU (688 us of host a rep at bench on the H200, 113 us without the outliers); the rows are distinct, so a scatter
+    into the flat rows adds the same."""
     rows, cols = x.shape
     n = max(1, rows // OUTLIER_EVERY)
-    at_rows = torch.randperm(rows, generator=gen, device=x.device)[:n]
-    at_cols = torch.randint(cols, (n,), generator=gen, device=x.device)
-    steps = torch.arange(n, device=x.device, dtype=x.dtype) / max(1, n - 1)
-    height = OUTLIER_HIGH - (OUTLIER_HIGH - OUTLIER_LOW) * steps
-    # A scatter into the flat rows, not index_put_(accumulate=True): on CUDA that sorts its indices and made a
-    # timed rep's refill wait on the GPU (688 us of host a rep at bench on the H200, against 113 us without the
-    # outliers), which left the reps host-bound and the bracket's calibration noisy. The rows are distinct.
-    x.view(-1).scatter_add_(0, at_rows * cols + at_cols, height)
+    at = torch.randperm(rows, generator=gen, device=x.device)[:n].mul_(cols)
+    at.add_(torch.randint(cols, (n,), generator=gen, device=x.device))
+    x.view(-1).scatter_add_(0, at, _outlier_heights(n, x.device, x.dtype))
+
+
+@functools.lru_cache(maxsize=16)
+def _outlier_heights(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.linspace(OUTLIER_HIGH, OUTLIER_LOW, n, device=device, dtype=dtype)
 
 
 def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
