@@ -21,6 +21,7 @@ import secrets
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.reports import ProfileResult, built
 from tools.sandbox import Sandbox, Spawned
-from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, commitment, raise_clocks, summarize
+from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, MAX_LOAD, RepOverhead, commitment, raise_clocks, summarize
 
 TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
@@ -435,6 +436,18 @@ class TimingPlan:
     flush_bytes: int
     spin_cycles: int = 0
     l2: str = "cold"
+    load: int = 1  # the multiple of the regime's flush or spin a rep runs (tools.timing.HOST_MARGIN)
+
+
+@dataclass(frozen=True)
+class HeldCalibration:
+    """A problem and shape's calibration, kept by the worker for CALIBRATION_FRESH_S: measured with no candidate
+    process alive, so that none can inflate it (nor slow the reference, whose time sets how many reps are checked)."""
+
+    at: float  # time.monotonic()
+    overhead_us: dict[bool, float]  # by graph mode
+    reference_s: float
+    load: int
 
 
 def job_l2(job: dict[str, Any]) -> str:
@@ -443,11 +456,11 @@ def job_l2(job: dict[str, Any]) -> str:
     return str(job.get("l2") or "cold")
 
 
-def calibration(worker: Any, l2: str) -> Any:
-    """The judge's instruments for the regime `l2`: the GPU's calibration (the ceilings measured with it), or the
-    wall-clock one under the CPU interpreter."""
+def calibration(worker: Any, l2: str, load: int = 1) -> Any:
+    """The judge's instruments for the regime `l2` at `load` times its untimed work: the GPU's calibration (the
+    ceilings measured with it), or the wall-clock one under the CPU interpreter (where nothing is loaded)."""
     if worker.cuda:
-        return worker.ensure_timer().in_regime(l2)
+        return worker.ensure_timer().in_regime(l2, load)
     from tools.timing import WallCalibration
 
     return WallCalibration(l2)
@@ -456,11 +469,10 @@ def calibration(worker: Any, l2: str) -> Any:
 def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> TimingPlan:
     torch = worker.torch
     device = worker.device
-    calib = calibration(worker, l2)
     seed = secrets.randbits(31)
     key = (problem.name, shape, l2)  # a warm rep's untimed work is not a cold one's
-    held = worker.calibrations.get(key)
-    fresh = held is not None and time.monotonic() - held[0] < CALIBRATION_FRESH_S
+    held: HeldCalibration | None = worker.calibrations.get(key)
+    fresh = held is not None and time.monotonic() - held.at < CALIBRATION_FRESH_S
     if not fresh:
         release_parked(worker)  # no candidate process may live while the judge calibrates
     t0 = time.perf_counter()
@@ -470,7 +482,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
         torch.cuda.synchronize()
     # How long a reference takes sets how many timed reps are checked: measured with no candidate process alive
     # (a parked one could load the GPU to slow it, and so cut its own checks), then held with the calibration.
-    reference_s = held[2] if fresh and held is not None else time.perf_counter() - t0
+    reference_s = held.reference_s if fresh and held is not None else time.perf_counter() - t0
     # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
     # candidate's: its claims would set the overhead the bracket subtracts.
     out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
@@ -478,21 +490,40 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
     out_bytes = sum(r.numel() * torch.empty((), dtype=dtype).element_size() for r, (_, dtype) in zip(refs, out_shapes))
     per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
 
-    def calibrate(graph: bool) -> float:
-        return float(calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
-                                       inputs, out_shapes, slots=per_batch, graph=graph))
+    def calibrate(calib: Any, graph: bool) -> RepOverhead:
+        return calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
+                                 inputs, out_shapes, slots=per_batch, graph=graph)
 
     if fresh and held is not None:
-        overhead = held[1]
+        overhead, load = held.overhead_us, held.load
     else:
         modes = (False, True) if worker.cuda else (False,)
         if worker.cuda:
             raise_clocks()  # calibrated at the idle clock, the overhead would be the slow one
-        calibrate(modes[-1])  # its first sequence's one-off costs; not kept
-        overhead = {g: statistics.fmean([calibrate(g), calibrate(g)]) for g in modes}
-        worker.calibrations[key] = (time.monotonic(), overhead, reference_s)
+
+        def runs_at(load: int) -> dict[bool, list[RepOverhead]]:
+            calib = calibration(worker, l2, load)
+            calibrate(calib, modes[-1])  # its first sequence's one-off costs; not kept
+            return {g: [calibrate(calib, g), calibrate(calib, g)] for g in modes}
+
+        load, overhead = settle_load(runs_at)
+        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load)
+    calib = calibration(worker, l2, load)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
-                      int(calib.flush_bytes), int(calib.spin_cycles), l2)
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load)
+
+
+def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> tuple[int, dict[bool, float]]:
+    """The least load (1, 2, 4, ... MAX_LOAD) at which every calibration run's untimed GPU work stays ahead of the
+    host's queueing of it (tools.timing.HOST_MARGIN), and the overhead by graph mode measured there. Off a GPU no
+    run has a queue to keep ahead (host_us 0): load 1."""
+    load = 1
+    while True:
+        runs = runs_at(load)
+        overhead = {g: statistics.fmean(r.us for r in rs) for g, rs in runs.items()}
+        if load >= MAX_LOAD or all(r.keeps_gpu_ahead() for rs in runs.values() for r in rs):
+            return load, overhead
+        load *= 2
 
 
 def planned_reps(budget_us: float, rep_us: float) -> int:
@@ -656,7 +687,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
-            "latency_us": latency, "l2": plan.l2,
+            "latency_us": latency, "l2": plan.l2, "load": plan.load,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -793,7 +824,7 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     }
     bounds_report = {"floor": floor.as_dict() if floor else None,
                      "bracket": {**bracket.as_dict(), "batch_latency_us": timing["latency_us"],
-                                 "batch_reps": timing["per_batch"]},
+                                 "batch_reps": timing["per_batch"], "untimed_load": timing["load"]},
                      "checked_reps": timing["checked_reps"], "reps": timing["reps"]}
     verification = {"by": VERIFICATION + "+bounds", "checked_calls": len(result.get("trials") or []),
                     "checked_timed_reps": timing["checked_reps"], "bounds": bounds_report, "census": None}

@@ -54,7 +54,7 @@ class Worker:
         # Baseline timings of this worker (tools.judge.timed_baseline): trusted code, re-timed when stale.
         self.baselines: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
         # Calibrations of the timed reps' untimed work (tools.judge.plan_timing), made with no candidate alive.
-        self.calibrations: dict[tuple[str, ...], tuple[float, dict[bool, float]]] = {}
+        self.calibrations: dict[tuple[str, ...], Any] = {}  # tools.judge.HeldCalibration by problem, shape, l2
         # The last source's candidate process, kept for a repeat profile (tools.judge.park).
         self.parked: Any = None
         self.device_info = self._device_info(telemetry)

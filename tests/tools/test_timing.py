@@ -63,3 +63,59 @@ def test_raise_clocks_returns_once_the_clock_is_steady() -> None:
 
     took = raise_clocks()
     assert 0 < took < CLOCK_RAISE_MAX_S + 0.1
+
+
+def test_the_judge_loads_a_rep_until_its_gpu_work_stays_ahead_of_the_host() -> None:
+    """A rep whose untimed work the host queues in more than 1/HOST_MARGIN of its GPU time gets a doubled flush
+    (or spin) until it does not, up to MAX_LOAD; the overhead kept is the one measured at the load chosen."""
+    from tools.judge import settle_load
+    from tools.timing import HOST_MARGIN, MAX_LOAD, RepOverhead
+
+    asked: list[int] = []
+
+    def runs_at(gpu_per_load: float, host: float):
+        def runs(load: int) -> dict[bool, list[RepOverhead]]:
+            asked.append(load)
+            queued = gpu_per_load * load
+            return {g: [RepOverhead(queued + 5.0, queued, host), RepOverhead(queued + 7.0, queued, host)]
+                    for g in (False, True)}
+        return runs
+
+    # 400 us of GPU against 300 us of host: 1.3x, below the margin; at load 2 (800 against 300) it holds.
+    assert 400 < HOST_MARGIN * 300 <= 800
+    load, overhead = settle_load(runs_at(400.0, 300.0))
+    assert (load, asked) == (2, [1, 2]) and overhead == {False: 806.0, True: 806.0}
+    asked.clear()
+    assert settle_load(runs_at(1000.0, 100.0))[0] == 1 and asked == [1]
+    asked.clear()
+    load, _ = settle_load(runs_at(10.0, 1000.0))  # never ahead: bounded, not endless
+    assert load == MAX_LOAD and asked[-1] == MAX_LOAD
+    # Off a GPU there is no queue (WallCalibration's host_us is 0): no load.
+    assert settle_load(runs_at(0.0, 0.0))[0] == 1
+
+
+def test_one_calibration_run_that_falls_behind_raises_the_load() -> None:
+    from tools.judge import settle_load
+    from tools.timing import RepOverhead
+
+    def runs(load: int) -> dict[bool, list[RepOverhead]]:
+        behind = RepOverhead(100.0, 100.0, 90.0) if load == 1 else RepOverhead(400.0, 400.0, 90.0)
+        return {False: [RepOverhead(1000.0, 1000.0, 90.0)] * 2, True: [RepOverhead(1000.0, 1000.0, 90.0), behind]}
+
+    load, overhead = settle_load(runs)
+    assert load == 2 and overhead[True] == 700.0
+
+
+@pytest.mark.gpu
+def test_a_loaded_calibration_flushes_more_and_reports_the_hosts_time() -> None:
+    from tools.timing import L2_REGIMES, Calibration
+
+    base = Calibration("cold")
+    loaded = base.in_regime("cold", 2)
+    assert loaded is base.in_regime("cold", 2) and loaded.flush_bytes == 2 * L2_REGIMES["cold"][0]
+    assert base.in_regime("warm", 2).spin_cycles == 2 * L2_REGIMES["warm"][1]
+    x = torch.randn(1 << 20, device="cuda")
+    specs = [((1 << 20,), torch.float32)]
+    light = base.overhead_us(lambda b, i: b[0].normal_(), [x], specs, slots=4, graph=False)
+    heavy = loaded.overhead_us(lambda b, i: b[0].normal_(), [x], specs, slots=4, graph=False)
+    assert light.host_us > 0 and heavy.queued_us > 1.5 * light.queued_us
