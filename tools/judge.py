@@ -31,7 +31,16 @@ from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.reports import ProfileResult, built
 from tools.sandbox import Sandbox, Spawned
-from tools.timing import GRAPH_BELOW_US, HOST_BOUND_SHARE, MAX_LOAD, RepOverhead, commitment, raise_clocks, summarize
+from tools.timing import (
+    GRAPH_BELOW_US,
+    HOST_BOUND_SHARE,
+    MAX_LOAD,
+    RepOverhead,
+    commitment,
+    keeps_gpu_ahead,
+    raise_clocks,
+    summarize,
+)
 
 TRIALS_AT_SHAPE = 3
 TRIALS_PER_CHECK_SHAPE = 2
@@ -437,6 +446,7 @@ class TimingPlan:
     spin_cycles: int = 0
     l2: str = "cold"
     load: int = 1  # the multiple of the regime's flush or spin a rep runs (tools.timing.HOST_MARGIN)
+    gpu_ahead: bool = True  # whether the calibration at that load kept the GPU work ahead of the host
 
 
 @dataclass(frozen=True)
@@ -448,6 +458,7 @@ class HeldCalibration:
     overhead_us: dict[bool, float]  # by graph mode
     reference_s: float
     load: int
+    gpu_ahead: bool
 
 
 def job_l2(job: dict[str, Any]) -> str:
@@ -495,7 +506,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
                                  inputs, out_shapes, slots=per_batch, graph=graph)
 
     if fresh and held is not None:
-        overhead, load = held.overhead_us, held.load
+        overhead, load, gpu_ahead = held.overhead_us, held.load, held.gpu_ahead
     else:
         modes = (False, True) if worker.cuda else (False,)
         if worker.cuda:
@@ -506,24 +517,33 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
             calibrate(calib, modes[-1])  # its first sequence's one-off costs; not kept
             return {g: [calibrate(calib, g), calibrate(calib, g)] for g in modes}
 
-        load, overhead = settle_load(runs_at)
-        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load)
+        settled = settle_load(runs_at)
+        load, overhead, gpu_ahead = settled.load, settled.overhead_us, settled.gpu_ahead
+        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load, gpu_ahead)
     calib = calibration(worker, l2, load)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
-                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load)
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load, gpu_ahead)
 
 
-def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> tuple[int, dict[bool, float]]:
-    """The least load (1, 2, 4, ... MAX_LOAD) at which every calibration run's untimed GPU work stays ahead of the
-    host's queueing of it (tools.timing.HOST_MARGIN), and the overhead by graph mode measured there. Off a GPU no
-    run has a queue to keep ahead (host_us 0): load 1."""
+@dataclass(frozen=True)
+class SettledLoad:
+    load: int
+    overhead_us: dict[bool, float]  # by graph mode, measured at `load`
+    gpu_ahead: bool  # False where even MAX_LOAD left the host's queueing too close to the GPU work
+
+
+def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> SettledLoad:
+    """The least load (1, 2, 4, ... MAX_LOAD) at which every graph mode's calibration runs show their untimed GPU
+    work ahead of the host's queueing of it (tools.timing.keeps_gpu_ahead), and the overhead measured there. Off a GPU
+    no run has a queue to keep ahead (host_us 0): load 1."""
     load = 1
     while True:
         runs = runs_at(load)
         overhead = {g: statistics.fmean(r.us for r in rs) for g, rs in runs.items()}
-        if load >= MAX_LOAD or all(r.keeps_gpu_ahead() for rs in runs.values() for r in rs):
-            return load, overhead
-        load *= 2
+        ahead = all(keeps_gpu_ahead(rs) for rs in runs.values())
+        if ahead or load >= MAX_LOAD:
+            return SettledLoad(load, overhead, ahead)
+        load = min(2 * load, MAX_LOAD)
 
 
 def planned_reps(budget_us: float, rep_us: float) -> int:
@@ -687,7 +707,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
-            "latency_us": latency, "l2": plan.l2, "load": plan.load,
+            "latency_us": latency, "l2": plan.l2, "load": plan.load, "gpu_ahead": plan.gpu_ahead,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -824,7 +844,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     }
     bounds_report = {"floor": floor.as_dict() if floor else None,
                      "bracket": {**bracket.as_dict(), "batch_latency_us": timing["latency_us"],
-                                 "batch_reps": timing["per_batch"], "untimed_load": timing["load"]},
+                                 "batch_reps": timing["per_batch"], "untimed_load": timing["load"],
+                                 "untimed_gpu_ahead": timing["gpu_ahead"]},
                      "checked_reps": timing["checked_reps"], "reps": timing["reps"]}
     verification = {"by": VERIFICATION + "+bounds", "checked_calls": len(result.get("trials") or []),
                     "checked_timed_reps": timing["checked_reps"], "bounds": bounds_report, "census": None}

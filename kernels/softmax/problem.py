@@ -15,14 +15,15 @@ from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance, refill_gene
 
 # Every row is shifted by an offset; the offsets are spread evenly over [-ROW_OFFSET, ROW_OFFSET]
 # and shuffled. Softmax does not change, but exp() of an unshifted row overflows float32 (above
-# 88.7) or underflows to 0 (below -103.9) on the outer rows, so a kernel that skips the max
-# subtraction fails the check at every shape with two rows or more instead of passing by luck.
+# 88.7) or, but for its outlier (below), underflows to 0 (below -103.9) on the outer rows, so a kernel
+# that skips the max subtraction fails the check at every shape instead of passing by luck.
 ROW_OFFSET = 120.0
 # Spread of the values inside a row: wide enough that softmax is far from flat (max weight over
 # 8192 columns is a few percent), narrow enough that it is not one-hot.
 ROW_STD = 2.0
-# One row in OUTLIER_EVERY (at least one row) holds one element above the rest, at a random column, by heights
-# spread evenly over [OUTLIER_LOW, OUTLIER_HIGH] (the highest where there is one such row): the offsets alone let
+# One row in each block of OUTLIER_EVERY rows (at least one row; rows past the last whole block have none) holds one
+# element above the rest, at a random row of the block and a random column, by heights spread evenly over
+# [OUTLIER_LOW, OUTLIER_HIGH], the highest in the first block (the only one, where there is one): the offsets alone let
 # any element of a row serve as its shift (its spread is a few ROW_STD), so a kernel that shifted by the row's first
 # element, or by the max of part of the row, passed. Above such a shift by more than exp's float32 range (88.7), an
 # outlier overflows it; and since the heights span more than that range and the underflow's (103) together, no
