@@ -447,6 +447,7 @@ class TimingPlan:
     l2: str = "cold"
     load: int = 1  # the multiple of the regime's flush or spin a rep runs (tools.timing.HOST_MARGIN)
     gpu_ahead: bool = True  # whether the calibration at that load kept the GPU work ahead of the host
+    load_added_us: dict[bool, float] = field(default_factory=dict)  # by graph mode: overhead beyond load 1's
 
 
 @dataclass(frozen=True)
@@ -459,6 +460,7 @@ class HeldCalibration:
     reference_s: float
     load: int
     gpu_ahead: bool
+    load_added_us: dict[bool, float]
 
 
 def job_l2(job: dict[str, Any]) -> str:
@@ -506,7 +508,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
                                  inputs, out_shapes, slots=per_batch, graph=graph)
 
     if fresh and held is not None:
-        overhead, load, gpu_ahead = held.overhead_us, held.load, held.gpu_ahead
+        overhead, load, gpu_ahead, added = held.overhead_us, held.load, held.gpu_ahead, held.load_added_us
     else:
         modes = (False, True) if worker.cuda else (False,)
         if worker.cuda:
@@ -518,11 +520,11 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
             return {g: [calibrate(calib, g), calibrate(calib, g)] for g in modes}
 
         settled = settle_load(runs_at)
-        load, overhead, gpu_ahead = settled.load, settled.overhead_us, settled.gpu_ahead
-        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load, gpu_ahead)
+        load, overhead, gpu_ahead, added = settled.load, settled.overhead_us, settled.gpu_ahead, settled.load_added_us
+        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load, gpu_ahead, added)
     calib = calibration(worker, l2, load)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
-                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load, gpu_ahead)
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load, gpu_ahead, added)
 
 
 @dataclass(frozen=True)
@@ -530,6 +532,7 @@ class SettledLoad:
     load: int
     overhead_us: dict[bool, float]  # by graph mode, measured at `load`
     gpu_ahead: bool  # False where even MAX_LOAD left the host's queueing too close to the GPU work
+    load_added_us: dict[bool, float]  # by graph mode: the overhead at `load` less the one at load 1
 
 
 def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> SettledLoad:
@@ -537,12 +540,14 @@ def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> Sett
     work ahead of the host's queueing of it (tools.timing.keeps_gpu_ahead), and the overhead measured there. Off a GPU
     no run has a queue to keep ahead (host_us 0): load 1."""
     load = 1
+    unloaded: dict[bool, float] | None = None
     while True:
         runs = runs_at(load)
         overhead = {g: statistics.fmean(r.us for r in rs) for g, rs in runs.items()}
+        unloaded = unloaded or overhead
         ahead = all(keeps_gpu_ahead(rs) for rs in runs.values())
         if ahead or load >= MAX_LOAD:
-            return SettledLoad(load, overhead, ahead)
+            return SettledLoad(load, overhead, ahead, {g: max(0.0, overhead[g] - unloaded[g]) for g in overhead})
         load = min(2 * load, MAX_LOAD)
 
 
@@ -708,6 +713,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
             "latency_us": latency, "l2": plan.l2, "load": plan.load, "gpu_ahead": plan.gpu_ahead,
+            "load_added_us": plan.load_added_us.get(graph, 0.0),
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -830,7 +836,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     flops, nbytes = problem.flops(dims), problem.bytes(dims)
     floor = bounds.physical_floor(nbytes, flops, ceil)
     bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"], timing["latency_us"],
-                                   bounds.RELATIVE_SLACK if worker.cuda else bounds.CPU_RELATIVE_SLACK)
+                                   bounds.RELATIVE_SLACK if worker.cuda else bounds.CPU_RELATIVE_SLACK,
+                                   load_added_us=timing["load_added_us"])
     cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"],
             "l2": timing["l2"]}
     median_s = median_us * 1e-6

@@ -39,7 +39,7 @@ L2_REGIMES: dict[str, tuple[int, int]] = {"cold": (REP_FLUSH_BYTES, 0), "warm": 
 # honest MLA bench configuration refused in a tuner run of 17 steps, and softmax starter profiles at bench refused
 # in 2 of 8 once their refill no longer waited on the GPU (BENCHMARKS.md, "Fourth session on the judged path").
 # A larger flush changes nothing the kernel sees (its L2 is as cold); it adds GPU time the bracket subtracts, and
-# OVERHEAD_SLACK's share of it to the allowance (tools.bounds).
+# LOAD_SLACK's share of it to the allowance (tools.bounds).
 HOST_MARGIN = 2.5
 MAX_LOAD = 4
 GRAPH_BELOW_US = 200.0  # auto mode: graph-replay when a call's GPU time is less than this

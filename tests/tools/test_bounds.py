@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tools import bounds
 from tools.bounds import BatchRecord, check_bracket, physical_floor
 
@@ -67,3 +69,16 @@ def test_a_median_pushed_down_while_the_sum_still_fits_is_caught() -> None:
     assert abs(sum(forged[0].samples_us) - sum(honest(100.0, 80.0, 64).samples_us)) < 1e-6
     v = check_bracket(forged, overhead_us_per_rep=80.0, latency_us=150.0)
     assert not v.ok and "median" in (v.reason or "")
+
+
+def test_the_flush_a_load_adds_widens_the_allowance_by_its_own_small_share_only() -> None:
+    """MLA at B = 1 at load 4: 238 us of untimed work a rep at load 1, 643 us at 4. A 25 us kernel reporting 2 us
+    samples is refused; the full overhead's 4% would have let it through (31 us allowed against 23 hidden)."""
+    true_us, overhead, added = 25.0, 643.0, 405.0
+    batches = [BatchRecord(b.wall_us, [2.0] * len(b.samples_us)) for b in [honest(true_us, overhead, 256)] * 8]
+    assert check_bracket(batches, overhead, 150.0).ok  # the slack the load would otherwise buy
+    v = check_bracket(batches, overhead, 150.0, load_added_us=added)
+    assert not v.ok and "median sample" in (v.reason or "")
+    assert v.allowed_us_per_rep == pytest.approx(check_bracket(batches, overhead - added, 150.0).allowed_us_per_rep
+                                                 + bounds.LOAD_SLACK * added)
+    assert check_bracket([honest(true_us, overhead, 256)] * 8, overhead, 150.0, load_added_us=added).ok

@@ -86,6 +86,7 @@ def test_the_judge_loads_a_rep_until_its_gpu_work_stays_ahead_of_the_host() -> N
     settled = settle_load(runs_at(400.0, 300.0))
     assert (settled.load, asked, settled.gpu_ahead) == (2, [1, 2], True)
     assert settled.overhead_us == {False: 806.0, True: 806.0}
+    assert settled.load_added_us == {False: 400.0, True: 400.0}  # beyond load 1's 406 us: a DRAM stream
     asked.clear()
     assert settle_load(runs_at(1000.0, 100.0)).load == 1 and asked == [1]
     asked.clear()
