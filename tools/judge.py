@@ -424,6 +424,14 @@ def _diagnostic_times(raw: Any) -> dict[str, float] | None:
     return {str(k)[:32]: float(v) for k, v in list(raw.items())[:8] if isinstance(v, (int, float))}
 
 
+@dataclass(frozen=True)
+class SettledLoad:
+    load: int
+    overhead_us: dict[bool, float]  # by graph mode, measured at `load`
+    gpu_ahead: bool  # False where even MAX_LOAD left the host's queueing too close to the GPU work
+    load_added_us: dict[bool, float]  # by graph mode: the overhead at `load` less the one at load 1
+
+
 @dataclass
 class TimingPlan:
     """What the timed reps need from the judge, prepared before the candidate's process exists.
@@ -441,13 +449,10 @@ class TimingPlan:
     out_shapes: list[tuple[tuple[int, ...], Any]]
     out_bytes: int
     per_batch: int
-    overhead_us: dict[bool, float]  # by graph mode
+    settled: SettledLoad  # the rep's untimed work: its load and the overhead measured at it
     flush_bytes: int
     spin_cycles: int = 0
     l2: str = "cold"
-    load: int = 1  # the multiple of the regime's flush or spin a rep runs (tools.timing.HOST_MARGIN)
-    gpu_ahead: bool = True  # whether the calibration at that load kept the GPU work ahead of the host
-    load_added_us: dict[bool, float] = field(default_factory=dict)  # by graph mode: overhead beyond load 1's
 
 
 @dataclass(frozen=True)
@@ -456,11 +461,8 @@ class HeldCalibration:
     process alive, so that none can inflate it (nor slow the reference, whose time sets how many reps are checked)."""
 
     at: float  # time.monotonic()
-    overhead_us: dict[bool, float]  # by graph mode
+    settled: SettledLoad
     reference_s: float
-    load: int
-    gpu_ahead: bool
-    load_added_us: dict[bool, float]
 
 
 def job_l2(job: dict[str, Any]) -> str:
@@ -508,7 +510,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
                                  inputs, out_shapes, slots=per_batch, graph=graph)
 
     if fresh and held is not None:
-        overhead, load, gpu_ahead, added = held.overhead_us, held.load, held.gpu_ahead, held.load_added_us
+        settled = held.settled
     else:
         modes = (False, True) if worker.cuda else (False,)
         if worker.cuda:
@@ -520,19 +522,10 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
             return {g: [calibrate(calib, g), calibrate(calib, g)] for g in modes}
 
         settled = settle_load(runs_at)
-        load, overhead, gpu_ahead, added = settled.load, settled.overhead_us, settled.gpu_ahead, settled.load_added_us
-        worker.calibrations[key] = HeldCalibration(time.monotonic(), overhead, reference_s, load, gpu_ahead, added)
-    calib = calibration(worker, l2, load)
-    return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, overhead,
-                      int(calib.flush_bytes), int(calib.spin_cycles), l2, load, gpu_ahead, added)
-
-
-@dataclass(frozen=True)
-class SettledLoad:
-    load: int
-    overhead_us: dict[bool, float]  # by graph mode, measured at `load`
-    gpu_ahead: bool  # False where even MAX_LOAD left the host's queueing too close to the GPU work
-    load_added_us: dict[bool, float]  # by graph mode: the overhead at `load` less the one at load 1
+        worker.calibrations[key] = HeldCalibration(time.monotonic(), settled, reference_s)
+    calib = calibration(worker, l2, settled.load)
+    return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, settled,
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2)
 
 
 def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> SettledLoad:
@@ -609,7 +602,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         raise Refusal("wrong_output", "the outputs of the timed calls differ in number, shape or dtype from what "
                                       "the problem asks for")
     out_bytes, per_batch, reference_s = plan.out_bytes, plan.per_batch, plan.reference_s
-    overhead = plan.overhead_us[graph]
+    overhead = plan.settled.overhead_us[graph]
     budget_us = float(job.get("budget_s", 2.0)) * 1e6
     # How many reps: as many as the budget buys at a rep's time. The first batch's size comes from the pilot, the
     # candidate's own figure, and so does nothing more: the total is planned again from the judge's wall time of
@@ -712,8 +705,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
     latency = statistics.median(empty_walls)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
-            "latency_us": latency, "l2": plan.l2, "load": plan.load, "gpu_ahead": plan.gpu_ahead,
-            "load_added_us": plan.load_added_us.get(graph, 0.0),
+            "latency_us": latency, "l2": plan.l2, "settled": plan.settled,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -837,7 +829,7 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     floor = bounds.physical_floor(nbytes, flops, ceil)
     bracket = bounds.check_bracket(timing["batches"], timing["overhead_us"], timing["latency_us"],
                                    bounds.RELATIVE_SLACK if worker.cuda else bounds.CPU_RELATIVE_SLACK,
-                                   load_added_us=timing["load_added_us"])
+                                   load_added_us=timing["settled"].load_added_us[timing["graph"]])
     cand = {**stats, "mode": "cuda_graph" if timing["graph"] else "eager", "pilot_us": timing["pilot_us"],
             "l2": timing["l2"]}
     median_s = median_us * 1e-6
@@ -851,8 +843,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     }
     bounds_report = {"floor": floor.as_dict() if floor else None,
                      "bracket": {**bracket.as_dict(), "batch_latency_us": timing["latency_us"],
-                                 "batch_reps": timing["per_batch"], "untimed_load": timing["load"],
-                                 "untimed_gpu_ahead": timing["gpu_ahead"]},
+                                 "batch_reps": timing["per_batch"], "untimed_load": timing["settled"].load,
+                                 "untimed_gpu_ahead": timing["settled"].gpu_ahead},
                      "checked_reps": timing["checked_reps"], "reps": timing["reps"]}
     verification = {"by": VERIFICATION + "+bounds", "checked_calls": len(result.get("trials") or []),
                     "checked_timed_reps": timing["checked_reps"], "bounds": bounds_report, "census": None}
