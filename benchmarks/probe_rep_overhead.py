@@ -76,7 +76,7 @@ def main() -> None:
     outs = [torch.zeros(s, dtype=d, device="cuda") for s, d in out_specs]
     row = torch.zeros((len(outs), DIGEST_WORDS), dtype=torch.int32, device="cuda")
     print(f"{problem.name} {shape}: outputs {[s for s, _ in out_specs]}")
-    refill = lambda i: problem.refill(buffers, shape, i)  # noqa: E731
+    refill = lambda i: problem.refill(buffers, shape, i, row)  # noqa: E731  (a rep's: keyed by the digest before)
     digest = lambda i: commit_outputs(outs, row, gpu=True)  # noqa: E731
     print(f"refill host {host_us(refill):.1f} us, GPU {gpu_us(refill):.1f} us")
     print(f"digest host {host_us(digest):.1f} us, GPU {gpu_us(digest):.1f} us")
@@ -84,8 +84,8 @@ def main() -> None:
     load = 1
     while load <= MAX_LOAD:
         calib = base.in_regime("cold", load)
-        runs = [calib.overhead_us(lambda b, i: problem.refill(b, shape, i), inputs, out_specs, slots=32, graph=True)
-                for _ in range(4)][1:]
+        runs = [calib.overhead_us(lambda b, i, key: problem.refill(b, shape, i, key), inputs, out_specs, slots=32,
+                                  graph=True) for _ in range(4)][1:]
         def listed(values: list[float]) -> str:
             return ", ".join(f"{v:.1f}" for v in values)
 

@@ -7,13 +7,14 @@ Imports stay at torch (no numpy, no mcp, no pydantic): the GPU worker loads prob
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from kernels.draws import ChainedDraws, Draws
 
 Dims = Mapping[str, int]
 Inputs = tuple[Any, ...]
@@ -50,13 +51,6 @@ class Baseline:
     needs_gpu: bool = False
 
 
-@functools.cache
-def refill_generator(device: torch.device) -> torch.Generator:
-    """One generator per device for a problem's refill_inputs: building one costs the host more than a draw,
-    and the refill of a timed rep must stay cheap (Problem.refill_inputs)."""
-    return torch.Generator(device=device)
-
-
 @dataclass(frozen=True)
 class Problem:
     """One optimisation problem: shapes, inputs, reference, tolerance, cost model and baselines."""
@@ -81,10 +75,11 @@ class Problem:
     # Per-output dtype an entry() must return, as a torch dtype name; an output not named here is in the
     # inputs' dtype (gpu_dtype on a GPU, cpu_dtype on the CPU). A state kept in float32 is named here.
     output_dtypes: Mapping[str, str] = field(default_factory=dict)
-    # Timed reps regenerate their inputs from a fresh seed in place, in the buffers a graph captured
-    # (tools.judge). A recipe of a few in-place draws keeps that cheap on the host, so that a short kernel's
-    # reps stay bound by the GPU (the bracket needs it); without one, the inputs are drawn anew and copied in.
-    refill_inputs: Callable[[list[Any], Dims, int], None] | None = None
+    # Timed reps regenerate their inputs in place, in the buffers a graph captured (tools.judge), from the judge's
+    # seed and the digest of the rep before (kernels.draws.ChainedDraws): make_inputs' distribution, drawn from
+    # the Draws given. A recipe of a few in-place draws keeps that cheap on the host, so that a short kernel's
+    # reps stay bound by the GPU (the bracket needs it).
+    refill_inputs: Callable[[list[Any], Dims, Draws], None] | None = None
 
     def __post_init__(self) -> None:
         for required in ("bench", "small"):
@@ -93,6 +88,8 @@ class Problem:
         for name in self.check_shapes:
             if name not in self.shapes:
                 raise ValueError(f"problem {self.name!r}: check shape {name!r} is not defined")
+        if self.refill_inputs is None:
+            raise ValueError(f"problem {self.name!r} has no refill_inputs: timed reps could not chain their inputs")
 
     def dims(self, shape: str) -> Dims:
         """The dimensions of a named shape, with an error that lists the valid names."""
@@ -105,15 +102,12 @@ class Problem:
     def default_dtype(self, device: str) -> torch.dtype:
         return self.gpu_dtype if device.startswith("cuda") else self.cpu_dtype
 
-    def refill(self, buffers: list[Any], shape: str, seed: int) -> None:
-        """Overwrite `buffers` (inputs of this shape) with the values of a timed rep drawn from `seed`."""
-        if self.refill_inputs is not None:
-            self.refill_inputs(buffers, self.dims(shape), seed)
-            return
-        device = next(str(b.device) for b in buffers if isinstance(b, torch.Tensor))
-        for buf, value in zip(buffers, self.inputs(shape, seed, device)):
-            if isinstance(buf, torch.Tensor):
-                buf.copy_(value)
+    def refill(self, buffers: list[Any], shape: str, seed: int, key: torch.Tensor | None = None) -> None:
+        """Overwrite `buffers` (inputs of this shape) with the values of a timed rep, drawn from `seed` and `key`
+        (the digest rows of the previous rep's outputs, on the buffers' device; None for a batch's first rep)."""
+        device = next(b.device for b in buffers if isinstance(b, torch.Tensor))
+        assert self.refill_inputs is not None  # __post_init__
+        self.refill_inputs(buffers, self.dims(shape), ChainedDraws(seed, key, device))
 
     def inputs(self, shape: str, seed: int, device: str, dtype: torch.dtype | None = None) -> Inputs:
         return self.make_inputs(self.dims(shape), seed, device, dtype or self.default_dtype(device))

@@ -31,9 +31,19 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from kernels import get_problem
 from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
-from tools.timing import DIGEST_WORDS, commit_outputs, flush_buffers, gpu_spin, l2_flush, raise_clocks, sealed
+from tools.timing import (
+    DIGEST_WORDS,
+    chain_keys,
+    commit_outputs,
+    flush_buffers,
+    gpu_spin,
+    l2_flush,
+    raise_clocks,
+    sealed,
+)
 
 REQUEST_TIMEOUT_S = 3600.0
 INPUT_LIMIT_BYTES = 8 << 30
@@ -137,8 +147,6 @@ class Host:
         return [v.to(self.device) if isinstance(v, self.torch.Tensor) else v for v in values]
 
     def _generate(self, gen: dict[str, Any]) -> list[Any]:
-        from kernels import get_problem
-
         values = list(get_problem(str(gen["problem"])).inputs(str(gen["shape"]), int(gen["seed"]), self.device))
         self.last_checksums = wire.checksums(values)
         return values
@@ -282,9 +290,14 @@ class Host:
                 self.graph = graph
                 self.graph_outputs = self._outputs(raw)
                 outs = self.graph_outputs
-            # The digest's kernels compile here, not in the first batch's wall.
-            commit_outputs(outs, torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=self.device),
-                           gpu=self.cuda)
+            # The digest's and the refill's kernels compile here, not in the first batch's wall. The refill writes
+            # into the buffers a graph may have captured, as every rep's does.
+            row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device=self.device)
+            commit_outputs(outs, row, gpu=self.cuda)
+            if self.rep_recipe[0]:
+                problem = get_problem(self.rep_recipe[0])
+                problem.refill(self.buffers, self.rep_recipe[1], 0)
+                problem.refill(self.buffers, self.rep_recipe[1], 0, row)
             if self.cuda:
                 raise_clocks()  # the first batch follows at once: its reps at the clock the rest run at
         except BaseException as exc:
@@ -307,11 +320,10 @@ class Host:
             s.copy_(o)
 
     def batch(self, msg: wire.Message) -> dict[str, Any]:
-        """Timed reps, one per seed: fresh inputs from the seed written into the buffers, the L2 flush or spin, the call
-        between two events, a commitment to its outputs (tools.timing.commit_outputs), its outputs stashed.
-        Every rep's values are new, so no output can be cached."""
-        from kernels import get_problem
-
+        """Timed reps, one per seed: fresh inputs written into the buffers, drawn from the seed and the previous
+        rep's commitment, the L2 flush or spin, the call between two events, a commitment to its outputs
+        (tools.timing.commit_outputs), its outputs stashed. Every rep's values are new, so no output can be
+        cached, and none exist before the rep before it has run, so no two reps can be served by one call."""
         torch = self.torch
         seeds = [int(x) for x in msg.header.get("seeds", [])]
         while len(self.events) < len(seeds):  # made once: making them costs the host ~5 us a rep, in the wall
@@ -323,7 +335,7 @@ class Host:
             commits = torch.zeros((len(seeds), max(1, len(self.out_specs)), DIGEST_WORDS), dtype=torch.int32,
                                   device=self.device)
             for j, seed in enumerate(seeds):
-                problem.refill(self.buffers, shape, seed)
+                problem.refill(self.buffers, shape, seed, commits[j - 1] if j else None)
                 l2_flush(self.flush_buf, self.flush_sink)
                 gpu_spin(self.spin_cycles)
                 start, end = events[j]
@@ -339,7 +351,8 @@ class Host:
             self._sync()
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
-        return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events], "commits": sealed(commits)}
+        return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events], "commits": sealed(commits),
+                "keys": chain_keys(commits)}
 
     def release(self) -> dict[str, Any]:
         """Drop the timing state (stash, graph, buffers) while the judge keeps this process for a repeat."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels import get_problem
+from kernels.draws import KEY_WORDS, key_from_hex
 from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
@@ -36,7 +37,7 @@ from tools.timing import (
     HOST_BOUND_SHARE,
     MAX_LOAD,
     RepOverhead,
-    commitment,
+    committed,
     keeps_gpu_ahead,
     raise_clocks,
     summarize,
@@ -506,7 +507,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
     per_batch = int(max(2, min(MAX_BATCH, STASH_BYTES // max(out_bytes, 1))))
 
     def calibrate(calib: Any, graph: bool) -> RepOverhead:
-        return calib.overhead_us(lambda buffers, i: problem.refill(buffers, shape, secrets.randbits(31)),
+        return calib.overhead_us(lambda buffers, i, key: problem.refill(buffers, shape, secrets.randbits(31), key),
                                  inputs, out_shapes, slots=per_batch, graph=graph)
 
     if fresh and held is not None:
@@ -663,6 +664,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         if not isinstance(commits, list) or len(commits) != k or not all(
                 isinstance(c, list) and all(isinstance(d, str) for d in c) for c in commits):
             raise Refusal("protocol_error", "the candidate's process sent no commitment to its timed reps' outputs")
+        keys = answer.header.get("keys")
+        if not isinstance(keys, list) or len(keys) != k or not all(_is_key(x) for x in keys):
+            raise Refusal("protocol_error", "the candidate's process sent no keys for its timed reps' inputs")
         batches.append(bounds.BatchRecord(wall_us, batch_samples))
         samples.extend(batch_samples)
         if len(batches) == 1 and worker.cuda:  # the total, planned again from what the judge saw this batch take
@@ -688,10 +692,19 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                     raise Refusal("wrong_output", "the timed reps' outputs did not all come back")
                 for n, j in enumerate(part):
                     where = f"of timed rep {done + j + 1} (a {'graph replay' if graph else 'call'})"
-                    if commitment(outs[n * per:(n + 1) * per], gpu=worker.cuda) != commits[j]:
+                    made = committed(outs[n * per:(n + 1) * per], gpu=worker.cuda)
+                    if made.digests != commits[j]:
                         raise Refusal("timing_mismatch", f"the outputs {where} are not the ones it committed to "
                                                          "when its batch ended: they were written afterwards")
-                    problem.refill(rep_inputs, shape, seeds[j])
+                    if made.key != keys[j]:
+                        # The next rep drew its inputs from this key: one that its outputs do not give was made
+                        # up before they existed, so that reps could be run ahead of the ones before them.
+                        raise Refusal("timing_mismatch", f"the outputs {where} do not give the key its process "
+                                                         "reported: the next rep's inputs were drawn before they "
+                                                         "existed")
+                    # This rep's inputs, as its process drew them: from its seed and the key of the rep before.
+                    key = key_from_hex(keys[j - 1], device) if j else None
+                    problem.refill(rep_inputs, shape, seeds[j], key)
                     refs = as_outputs(problem.reference(*rep_inputs))
                     worst = max(worst, _compare_all(problem, outs[n * per:(n + 1) * per], refs, where))
                     checked += 1
@@ -709,6 +722,10 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
+
+
+def _is_key(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 8 * KEY_WORDS and all(c in "0123456789abcdef" for c in value)
 
 
 def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, job: dict[str, Any]) -> dict[str, Any]:

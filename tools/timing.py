@@ -177,13 +177,38 @@ def sealed(commits: Any) -> list[list[str]]:
             for j in range(host.shape[0])]
 
 
-def commitment(outs: Any, gpu: bool) -> list[str]:
-    """What a rep that produced `outs` committed to: the judge's recomputation (`gpu` as the rep's)."""
+def chain_keys(commits: Any) -> list[str]:
+    """Each rep's key ([reps, outputs, DIGEST_WORDS] digests): what the next rep of its batch drew its inputs from
+    (kernels.draws.ChainedDraws), as it crosses to the judge with the digests."""
+    from kernels.draws import key_hex
+
+    host = commits.cpu()
+    return [key_hex(host[j]) for j in range(host.shape[0])]
+
+
+@dataclass(frozen=True)
+class RepCommitment:
+    """What a rep that produced some outputs committed to: a digest of each, and the key the next rep's inputs are
+    drawn from (both functions of the outputs' bits alone)."""
+
+    digests: list[str]
+    key: str
+
+
+def committed(outs: Any, gpu: bool) -> RepCommitment:
+    """The judge's recomputation of a rep's commitment from its outputs (`gpu` as the rep's)."""
     import torch
+
+    from kernels.draws import key_hex
 
     row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device="cuda" if gpu else "cpu")
     commit_outputs(outs, row, gpu)
-    return sealed(row[None])[0][:len(outs)]
+    return RepCommitment(sealed(row[None])[0][:len(outs)], key_hex(row))
+
+
+def commitment(outs: Any, gpu: bool) -> list[str]:
+    """The digests a rep that produced `outs` committed to."""
+    return committed(outs, gpu).digests
 
 
 def _bytes_of(t: Any) -> bytes:
@@ -326,14 +351,15 @@ class Calibration:
             self._siblings[(l2, load)] = sibling
         return self._siblings[(l2, load)]
 
-    def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
+    def overhead_us(self, refill: Callable[[list[Any], int, Any], None], inputs: Any,
                     out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,
                     reps: int = 16) -> RepOverhead:
-        """GPU microseconds per rep outside its two events: `refill(buffers, seed)` as the reps regenerate
-        their inputs, the flush, and the copy of the outputs to the next of `slots` stash slots. Between the
-        events runs a null call (a fill of the outputs, replayed as a graph when the reps replay graphs): what
-        launching a call or a graph costs outside its events is then counted as the reps pay it, and the outputs
-        are as fresh in the L2 as a rep's are when the commitment and the copy read them."""
+        """GPU microseconds per rep outside its two events: `refill(buffers, i, key)` as the reps regenerate
+        their inputs (keyed by the previous rep's digest rows, None for the first), the flush, and the copy of the
+        outputs to the next of `slots` stash slots. Between the events runs a null call (a fill of the outputs,
+        replayed as a graph when the reps replay graphs): what launching a call or a graph costs outside its events
+        is then counted as the reps pay it, and the outputs are as fresh in the L2 as a rep's are when the
+        commitment and the copy read them."""
         torch = self.timer.torch
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         outs = [torch.zeros(shape, dtype=dtype, device="cuda") for shape, dtype in out_specs]
@@ -355,7 +381,7 @@ class Calibration:
                 outer[0].record()
                 queued_from = time.perf_counter()
                 for i in range(n):
-                    refill(buffers, i)
+                    refill(buffers, i, commits[i - 1] if i else None)
                     self.timer._flush()
                     inner[i][0].record()
                     null()
@@ -372,7 +398,7 @@ class Calibration:
         # The reps' host work after their batch synchronised, while the GPU idles: reading every rep's two
         # events (its sample) and the commitments. It lands in the batch's wall, so it is a rep's overhead too.
         t0 = time.perf_counter()
-        _ = [s.elapsed_time(e) for s, e in inner], sealed(commits)
+        _ = [s.elapsed_time(e) for s, e in inner], sealed(commits), chain_keys(commits)
         readout_us = (time.perf_counter() - t0) * 1e6 / reps
         queued_us = max(0.0, (total_us - sum(s.elapsed_time(e) * 1e3 for s, e in inner)) / reps)
         return RepOverhead(queued_us + readout_us, queued_us, host_us)
@@ -400,7 +426,7 @@ class WallCalibration:
         self.l2 = l2
         self.flush_bytes = 1 << 20 if L2_REGIMES[l2][0] else 0
 
-    def overhead_us(self, refill: Callable[[list[Any], int], None], inputs: Any,
+    def overhead_us(self, refill: Callable[[list[Any], int, Any], None], inputs: Any,
                     out_specs: list[tuple[tuple[int, ...], Any]], slots: int, graph: bool = False,
                     reps: int = 9) -> RepOverhead:
         import torch
@@ -410,11 +436,13 @@ class WallCalibration:
         stash = [torch.empty_like(o) for o in outs]
         flush, sink = flush_buffers(self.flush_bytes, "cpu")
         times = []
+        row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32)
         for i in range(reps):
             t0 = time.perf_counter()
-            refill(buffers, i)
+            refill(buffers, i, row if i else None)
             l2_flush(flush, sink)
-            commitment(outs, gpu=False)
+            commit_outputs(outs, row, gpu=False)
+            sealed(row[None]), chain_keys(row[None])  # a rep's share of its batch's read-out
             for st, o in zip(stash, outs):
                 st.copy_(o)
             times.append((time.perf_counter() - t0) * 1e6)

@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from kernels.draws import Draws, GeneratorDraws
 from kernels.kda.reference import CHUNK, chunked_reference, recurrent_reference
 from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance
 
@@ -104,24 +105,38 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None) -
     erases them either (see SLOW_KEY_SCALE). With these, the state carried across the whole sequence
     matters: history cut to the last 2048 tokens is off by ~0.2 in o at T = 4096.
     """
-    dtype = dtype or torch.bfloat16
+    return _draw_inputs(dims, GeneratorDraws(seed, device), dtype or torch.bfloat16)
+
+
+def refill_inputs(buffers: list[torch.Tensor | None], dims: Dims, draws: Draws) -> None:
+    """A timed rep's inputs: make_inputs' recipe from the rep's draws, copied into the buffers."""
+    dtype = next(b.dtype for b in buffers if b is not None)
+    for buf, value in zip(buffers, _draw_inputs(dims, draws, dtype)):
+        if buf is not None and value is not None:
+            buf.copy_(value)
+
+
+def _draw_inputs(dims: Dims, draws: Draws, dtype: torch.dtype) -> Inputs:
     B, T, H, K, V = (int(dims[n]) for n in ("B", "T", "H", "K", "V"))
-    gen = torch.Generator(device=device).manual_seed(seed)
+    device = draws.device
 
     def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
+        return draws.normal_(torch.empty(*shape, device=device, dtype=torch.float32))
+
+    def rand(*shape: int) -> torch.Tensor:
+        return draws.uniform_(torch.empty(*shape, device=device, dtype=torch.float32))
 
     q = randn(B, T, H, K).to(dtype)
     k = randn(B, T, H, K)
     v = randn(B, T, H, V).to(dtype)
     g_raw = randn(B, T, H, K)
     beta = torch.sigmoid(randn(B, T, H)).to(dtype)
-    A_log = torch.empty(H, device=device, dtype=torch.float32).uniform_(1.0, 16.0, generator=gen).log()
+    A_log = draws.uniform_(torch.empty(H, device=device, dtype=torch.float32), 1.0, 16.0).log()
     dt_bias = randn(H, K) * 0.5
     # Long-memory channels: the SLOW_FRACTION of each head's channels with the lowest random rank.
-    rank = torch.rand(H, K, generator=gen, device=device).argsort(dim=-1).argsort(dim=-1)
+    rank = rand(H, K).argsort(dim=-1).argsort(dim=-1)
     slow = rank < max(1, round(SLOW_FRACTION * K))
-    u = torch.rand(H, K, generator=gen, device=device)
+    u = rand(H, K)
     gamma = torch.exp(math.log(SLOW_G_MIN) + (math.log(SLOW_G_MAX) - math.log(SLOW_G_MIN)) * u)
     a = A_log.exp().view(H, 1)
     x_median = torch.log(gamma / 5.0) - torch.log1p(-gamma / 5.0)  # sigmoid(x_median) = gamma / 5
@@ -241,6 +256,7 @@ PROBLEM = Problem(
     description=DESCRIPTION,
     shapes=SHAPES,
     make_inputs=make_inputs,
+    refill_inputs=refill_inputs,
     reference=reference,
     tolerance=TOLERANCE,
     output_tolerances={"final_state": STATE_TOLERANCE},

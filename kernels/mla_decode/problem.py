@@ -20,9 +20,10 @@ from collections.abc import Callable
 
 import torch
 
+from kernels.draws import Draws
 from kernels.mla_decode.reference import D_LATENT, D_QK, SOFTMAX_SCALE, reference
 from kernels.mla_decode.reference import D_ROPE as D_ROPE  # re-exported: callers read the geometry here
-from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance, refill_generator
+from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance
 
 # Inputs are standard normal, so a score q.k * scale has standard deviation sqrt(576/192) = 1.73:
 # attention over S keys is neither flat nor one-hot (largest weight at S = 8192 is a few percent).
@@ -115,12 +116,11 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = 
     return q.to(dtype), kv.to(dtype)
 
 
-def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
+def refill_inputs(buffers: list[torch.Tensor], dims: Dims, draws: Draws) -> None:
     """A timed rep's inputs, drawn in place (two draws: cheap on the host at B = 1, where the kernel is short)."""
     q, kv = buffers
-    gen = refill_generator(q.device).manual_seed(seed)
-    q.normal_(0.0, INPUT_STD, generator=gen)
-    kv.normal_(0.0, INPUT_STD, generator=gen)
+    draws.normal_(q, 0.0, INPUT_STD)
+    draws.normal_(kv, 0.0, INPUT_STD)
 
 
 def flops(dims: Dims) -> float:

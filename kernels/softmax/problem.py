@@ -10,11 +10,13 @@ import functools
 
 import torch
 
+from kernels.draws import Draws, GeneratorDraws
 from kernels.softmax.reference import reference
-from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance, refill_generator
+from kernels.spec import Baseline, Dims, Inputs, Problem, Tolerance
 
 # Every row is shifted by an offset; the offsets are spread evenly over [-ROW_OFFSET, ROW_OFFSET]
-# and shuffled. Softmax does not change, but exp() of an unshifted row overflows float32 (above
+# and shuffled (a fixed shuffle, rotated by a random number of rows: a draw that needs no sort, see _draw).
+# Softmax does not change, but exp() of an unshifted row overflows float32 (above
 # 88.7) or, but for its outlier (below), underflows to 0 (below -103.9) on the outer rows, so a kernel
 # that skips the max subtraction fails the check at every shape instead of passing by luck.
 ROW_OFFSET = 120.0
@@ -59,35 +61,48 @@ Baseline: `torch` (`torch.softmax`, eager).
 
 
 def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None = None) -> Inputs:
-    """`ROW_STD * randn + offset[row]`, drawn on `device` from a generator seeded with `seed`.
+    """`ROW_STD * randn + offset[row]` and the outliers, drawn on `device` from a generator seeded with `seed`.
 
     A CUDA generator and a CPU one give different numbers for one seed; each is deterministic.
     """
-    dtype = dtype or torch.float32
-    rows, cols = int(dims["rows"]), int(dims["cols"])
-    gen = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(rows, cols, generator=gen, device=device, dtype=torch.float32) * ROW_STD
-    spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=device, dtype=torch.float32)
-    offset = spread[torch.randperm(rows, generator=gen, device=device)]
-    x = x + offset[:, None]
-    _add_outliers(x, gen)
-    return (x.to(dtype),)
+    x = torch.empty(int(dims["rows"]), int(dims["cols"]), device=device, dtype=torch.float32)
+    _draw(x, GeneratorDraws(seed, device))
+    return (x.to(dtype or torch.float32),)
 
 
-def _add_outliers(x: torch.Tensor, gen: torch.Generator) -> None:
-    """OUTLIER_EVERY's outliers, in place: one in each block of rows, at a random row of it and a random column, the
-    heights spread evenly over the blocks.
+def refill_inputs(buffers: list[torch.Tensor], dims: Dims, draws: Draws) -> None:
+    """A timed rep's input, drawn in place with make_inputs' distribution."""
+    (x,) = buffers
+    _draw(x, draws)
 
-    Few ops, none that waits on the GPU or costs the host much: a timed rep's refill runs this, and the host time of a
-    rep is in the wall the bracket checks (reps that are host-bound show wall no sample explains, and honest ones
-    were refused). Measured on the H200: index_put_(accumulate=True) sorted on CUDA and made the refill wait on the
-    GPU (688 us of host a rep, 113 us without the outliers); a CUDA randperm costs 69 us of host, a randint 13."""
+
+def _draw(x: torch.Tensor, draws: Draws) -> None:
+    """The input, in place, in a few ops none of which waits on the GPU or costs the host much: a timed rep's refill
+    runs this, and the host time of a rep is in the wall the bracket checks (reps that are host-bound show wall no
+    sample explains, and honest ones were refused). Measured on the H200: index_put_(accumulate=True) sorted on CUDA
+    and made the refill wait on the GPU (688 us of host a rep, 113 us without the outliers); a CUDA randperm costs 69
+    us of host, a randint 13 (hence a fixed shuffle of the offsets, rotated, rather than a permutation drawn anew)."""
     rows, cols = x.shape
+    draws.normal_(x, 0.0, ROW_STD)
+    shuffled, ramp = _offsets(rows, x.device, x.dtype)
+    shift = draws.below_(torch.empty(1, device=x.device, dtype=torch.int64), rows)
+    x.add_(shuffled[ramp.add(shift).remainder_(rows)][:, None])
+    # OUTLIER_EVERY's outliers: one in each block of rows, at a random row of it and a random column, the heights
+    # spread evenly over the blocks.
     n = max(1, rows // OUTLIER_EVERY)
     block = rows // n
     first, heights = _outlier_blocks(n, block * cols, x.device, x.dtype)
-    at = torch.randint(block * cols, (n,), generator=gen, device=x.device).add_(first)
+    at = draws.below_(torch.empty(n, device=x.device, dtype=torch.int64), block * cols).add_(first)
     x.view(-1).scatter_add_(0, at, heights)
+
+
+@functools.lru_cache(maxsize=16)
+def _offsets(rows: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row offsets in a fixed shuffled order, and 0..rows-1 (the rows to rotate)."""
+    spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, dtype=dtype)
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(rows))
+    ramp = torch.arange(rows, dtype=torch.int64)
+    return spread[order].to(device), ramp.to(device)
 
 
 @functools.lru_cache(maxsize=16)
@@ -96,17 +111,6 @@ def _outlier_blocks(n: int, block_words: int, device: torch.device,
     """Each block's first flat index, and its outlier's height (the highest first)."""
     first = torch.arange(n, device=device, dtype=torch.int64) * block_words
     return first, torch.linspace(OUTLIER_HIGH, OUTLIER_LOW, n, device=device, dtype=dtype)
-
-
-def refill_inputs(buffers: list[torch.Tensor], dims: Dims, seed: int) -> None:
-    """A timed rep's input, drawn in place with make_inputs' distribution (not its values)."""
-    (x,) = buffers
-    gen = refill_generator(x.device).manual_seed(seed)
-    x.normal_(0.0, ROW_STD, generator=gen)
-    rows = x.shape[0]
-    spread = torch.linspace(-ROW_OFFSET, ROW_OFFSET, rows, device=x.device, dtype=x.dtype)
-    x.add_(spread[torch.randperm(rows, generator=gen, device=x.device)][:, None])
-    _add_outliers(x, gen)
 
 
 def flops(dims: Dims) -> float:

@@ -55,13 +55,14 @@ def test_a_reps_refill_and_commitment_never_wait_on_the_gpu(name: str) -> None:
         buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in problem.inputs(shape, 1, "cuda")]
         out = next(x for x in buffers if isinstance(x, torch.Tensor))
         row = torch.zeros((1, DIGEST_WORDS), dtype=torch.int32, device="cuda")
-        problem.refill(buffers, shape, 2)  # first calls (allocator, generator) may wait; the reps' do not
+        problem.refill(buffers, shape, 2)  # first calls (allocator, generator, JIT) may wait; the reps' do not
         commit_outputs([out], row, gpu=True)
+        problem.refill(buffers, shape, 2, row)
         torch.cuda.synchronize()
         gpu_spin(2_000_000_000)  # about a second at the H200's highest clock
         after_spin = torch.cuda.Event()
         after_spin.record()
-        problem.refill(buffers, shape, 3)
+        problem.refill(buffers, shape, 3, row)  # as a rep draws: keyed by the digest before it, on the device
         commit_outputs([out], row, gpu=True)
         still_running = not after_spin.query()
         torch.cuda.synchronize()

@@ -196,8 +196,8 @@ def test_gpu_profile_times_the_starter(pool: WorkerPool) -> None:
 def test_inputs_generated_otherwise_are_sent_instead(pool: WorkerPool) -> None:
     """The candidate's process generates its inputs from the judge's seeds; one whose generator was tampered
     with is caught by the checksums and gets the judge's own inputs instead, so its verdict stands on them."""
-    src = variant("import torch\n", "import torch\n\n_randn = torch.randn\ntorch.randn = lambda *a, **k: "
-                  "_randn(*a, **k) * 0.5\n")
+    src = variant("import torch\n", "import torch\n\n_normal = torch.Tensor.normal_\ntorch.Tensor.normal_ = "
+                  "lambda self, mean=0.0, std=1.0, **k: _normal(self, mean, std * 0.5, **k)\n")
     r = profile(pool, src)
     assert r["correct"] is True, r
     assert any("were sent" in note for note in r["notes"]), r["notes"]

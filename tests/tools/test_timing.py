@@ -126,6 +126,6 @@ def test_a_loaded_calibration_flushes_more_and_reports_the_hosts_time() -> None:
     assert base.in_regime("warm", 2).spin_cycles == 2 * L2_REGIMES["warm"][1]
     x = torch.randn(1 << 20, device="cuda")
     specs = [((1 << 20,), torch.float32)]
-    light = base.overhead_us(lambda b, i: b[0].normal_(), [x], specs, slots=4, graph=False)
-    heavy = loaded.overhead_us(lambda b, i: b[0].normal_(), [x], specs, slots=4, graph=False)
+    light = base.overhead_us(lambda b, i, key: b[0].normal_(), [x], specs, slots=4, graph=False)
+    heavy = loaded.overhead_us(lambda b, i, key: b[0].normal_(), [x], specs, slots=4, graph=False)
     assert light.host_us > 0 and heavy.queued_us > 1.5 * light.queued_us
