@@ -12,18 +12,23 @@ A problem writes its inputs once, against `Draws` (normal, uniform, integers bel
 On a GPU the key never leaves the device (the refill reads it there; a host read would make the rep wait for
 the GPU, and the bracket needs the reps queued ahead): the values come from a Triton kernel, Philox keyed by the
 key's words, the judge's seed and a draw counter. Off a GPU the key is read on the host and mixed into the
-seed of a torch.Generator. The two give different numbers for one seed and key; each is deterministic.
+seed of a torch.Generator (or, with MARATHON_TRITON_DRAWS=1, the same fill in the Triton interpreter). The two give
+different numbers for one seed and key; each is deterministic.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from typing import Any, Protocol
 
 import torch
 
 KEY_WORDS = 4  # the words of each digest row a key is made of: 128 bits
+# Set to 1 (in the judge's and the candidate's processes alike: they inherit it), CPU draws take the GPU's path
+# too, the Philox fill, in the Triton interpreter: slow (tens of ms a draw), for tests of that path end to end.
+TRITON_DRAWS_ENV = "MARATHON_TRITON_DRAWS"
 _FILL_BLOCK = 1024  # Philox counters a program: 4 values each
 
 
@@ -66,7 +71,7 @@ class ChainedDraws:
         self.device = torch.device(device)
         self.seed = int(seed) & 0x7FFFFFFF
         self.stream = 0
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" or os.environ.get(TRITON_DRAWS_ENV) == "1":
             self.key = key if key is not None else _zero_key(self.device)
             self.fallback: GeneratorDraws | None = None
         else:

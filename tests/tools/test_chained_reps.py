@@ -112,3 +112,26 @@ _Host.batch = _no_keys
     r = cpu_timed(src)
     assert r["correct"] is False and r["error_class"] == "protocol_error", (r["error_class"], r["error"])
     assert "keys" in r["error"]
+
+
+def test_the_gpus_keyed_fill_chains_the_reps_end_to_end(tmp_path: Any, monkeypatch: Any) -> None:
+    """The same protocol with every chained draw through the Philox fill a GPU runs (in the interpreter here): the
+    candidate's process and the judge draw the same bits from the digest rows and the reported key alike."""
+    from kernels.draws import TRITON_DRAWS_ENV
+    from tools.pool import WorkerPool
+
+    monkeypatch.setenv(TRITON_DRAWS_ENV, "1")
+    with WorkerPool(gpus=[], root=tmp_path / "pool") as pool:
+        def profile(source: str) -> dict[str, Any]:
+            return pool.run({"op": "profile", "problem": "softmax", "shape": "small", "source": source,
+                             "cpu_timing": True, "budget_s": 0.05}, timeout=240)
+
+        # The candidate's process must see the switch (the judge's then too: a judge on the other path would draw
+        # other inputs, and the honest kernel would be wrong).
+        tripwire = (f"\nif torch.sys.modules['os'].environ.get({TRITON_DRAWS_ENV!r}) != '1':\n"
+                    "    raise RuntimeError('the candidate process draws on the generator path')\n")
+        honest = profile(STARTER + tripwire)
+        assert honest["correct"] is True, (honest["error_class"], honest["error"])
+        assert honest["verification"]["bounds"]["checked_reps"] == honest["timing"]["reps"] == 30
+        stacked = profile(_patched(stacked=True, forge_keys=False))
+        assert stacked["correct"] is False and stacked["error_class"] == "incorrect", stacked["error"]
