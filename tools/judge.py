@@ -58,6 +58,14 @@ BASELINE_FRESH_S = 600.0  # a baseline timing this young is re-used (tools.judge
 CALIBRATION_FRESH_S = 600.0  # likewise the calibration of a rep's untimed work, per problem and shape
 REFERENCE_BUDGET_S = 1.5  # references computed for the checked timed reps, beyond MIN_CHECKS of them
 EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, synchronise)
+# Empty batches are the only ones a candidate's process can tell apart, so it could answer them slowly to buy its
+# samples slack. The latency the bracket subtracts is therefore at most the judge's own figure, the same harness
+# in a process that loads no candidate (NULL_SOURCE: trusted, it never runs candidate code), plus this margin for
+# what a loaded candidate's process honestly adds (its buffers, its graph): about a rep's slack at 64 reps a batch.
+TRUSTED_LATENCY_MARGIN_US = 300.0
+NULL_BATCHES = 7  # the trusted process's empty batches; the first pays one-off costs and is not counted
+NULL_SOURCE = ('"""The judge\'s null candidate: its process answers empty batches, the trusted round trip."""\n\n\n'
+               "def entry(*inputs):\n    return inputs\n")
 MIN_REPS, MAX_REPS = 30, 2000  # timed reps of a GPU profile
 VERIFICATION = "judge:v1"
 
@@ -285,7 +293,7 @@ def _judge(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
     if timed:
         t0 = time.perf_counter()
         worker.progress("calibrating the timed reps")
-        timing_plan = plan_timing(worker, problem, shape, l2)
+        timing_plan = plan_timing(worker, problem, shape, l2, lambda: trusted_latency_us(worker))
         phases["calibration_s"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
     sha = source_sha(source)
@@ -454,6 +462,7 @@ class TimingPlan:
     flush_bytes: int
     spin_cycles: int = 0
     l2: str = "cold"
+    trusted_latency_us: float = bounds.MAX_LATENCY_US  # an empty batch's round trip to the judge's null process
 
 
 @dataclass(frozen=True)
@@ -464,6 +473,7 @@ class HeldCalibration:
     at: float  # time.monotonic()
     settled: SettledLoad
     reference_s: float
+    trusted_latency_us: float
 
 
 def job_l2(job: dict[str, Any]) -> str:
@@ -482,7 +492,10 @@ def calibration(worker: Any, l2: str, load: int = 1) -> Any:
     return WallCalibration(l2)
 
 
-def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> TimingPlan:
+def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold",
+                trusted_latency: Callable[[], float] = lambda: bounds.MAX_LATENCY_US) -> TimingPlan:
+    """What the timed reps need, measured (or held) before the candidate's process exists; `trusted_latency`
+    measures an empty batch's round trip with no candidate (trusted_latency_us), held with the calibration."""
     torch = worker.torch
     device = worker.device
     seed = secrets.randbits(31)
@@ -523,10 +536,33 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold") -> 
             return {g: [calibrate(calib, g), calibrate(calib, g)] for g in modes}
 
         settled = settle_load(runs_at)
-        worker.calibrations[key] = HeldCalibration(time.monotonic(), settled, reference_s)
+        worker.calibrations[key] = held = HeldCalibration(time.monotonic(), settled, reference_s,
+                                                          trusted_latency())
+    assert held is not None
     calib = calibration(worker, l2, settled.load)
     return TimingPlan(seed, inputs, refs, reference_s, out_shapes, out_bytes, per_batch, settled,
-                      int(calib.flush_bytes), int(calib.spin_cycles), l2)
+                      int(calib.flush_bytes), int(calib.spin_cycles), l2, held.trusted_latency_us)
+
+
+def trusted_latency_us(worker: Any) -> float:
+    """The median wall time of an empty batch answered by a process of the judge's own (NULL_SOURCE, spawned like a
+    candidate's, from the zygote): what a batch's fixed latency is when nobody stalls it. Measured, as the
+    calibration is, with no candidate process alive."""
+    sha = source_sha(NULL_SOURCE)
+    session = Session(worker.sandbox, worker.sandbox.spawn(sha, NULL_SOURCE), time.monotonic() + CALL_TIMEOUT_S)
+    try:
+        walls = []
+        for header in [{"op": "load"}] + [{"op": "batch", "seeds": []}] * NULL_BATCHES:
+            t0 = time.perf_counter()
+            answer = session.request(header, timeout=CALL_TIMEOUT_S)
+            walls.append((time.perf_counter() - t0) * 1e6)
+            if not answer.header.get("ok"):
+                raise RuntimeError(f"the judge's null process failed `{header['op']}`: {answer.header.get('error')}")
+        return statistics.median(walls[2:])
+    except Refusal as exc:  # a fault of the judge's own process, not a verdict
+        raise RuntimeError(f"the judge's null process failed: {exc.message}") from None
+    finally:
+        session.close()
 
 
 def settle_load(runs_at: Callable[[int], dict[bool, list[RepOverhead]]]) -> SettledLoad:
@@ -715,10 +751,13 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     while len(empty_walls) < EMPTY_BATCHES:  # those drawn after the last real batch
         empty_batch()
     wall_s = time.perf_counter() - wall_start
-    # The median empty batch: stalling a few of them moves nothing; stalling most is capped (bounds.MAX_LATENCY_US).
-    latency = statistics.median(empty_walls)
+    # The median empty batch: stalling a few of them moves nothing; stalling most is capped by the judge's own
+    # figure (TRUSTED_LATENCY_MARGIN_US).
+    measured_latency = statistics.median(empty_walls)
+    latency = min(measured_latency, plan.trusted_latency_us + TRUSTED_LATENCY_MARGIN_US)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
-            "latency_us": latency, "l2": plan.l2, "settled": plan.settled,
+            "latency_us": latency, "measured_latency_us": measured_latency,
+            "trusted_latency_us": plan.trusted_latency_us, "l2": plan.l2, "settled": plan.settled,
             "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
@@ -860,6 +899,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
     }
     bounds_report = {"floor": floor.as_dict() if floor else None,
                      "bracket": {**bracket.as_dict(), "batch_latency_us": timing["latency_us"],
+                                 "batch_latency_measured_us": timing["measured_latency_us"],
+                                 "batch_latency_trusted_us": timing["trusted_latency_us"],
                                  "batch_reps": timing["per_batch"], "untimed_load": timing["settled"].load,
                                  "untimed_gpu_ahead": timing["settled"].gpu_ahead},
                      "checked_reps": timing["checked_reps"], "reps": timing["reps"]}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kernels import starter_path
+from tools.judge import TRUSTED_LATENCY_MARGIN_US
 
 STARTER = starter_path("softmax").read_text()
 Profile = Callable[[str], dict[str, Any]]  # conftest.cpu_timed
@@ -27,6 +28,37 @@ def test_an_honest_kernel_is_timed_with_every_rep_checked(cpu_timed: Profile) ->
     assert r["timing"]["mode"] == "cpu_wall_clock" and r["timing"]["reps"] == 30
     bounds = r["verification"]["bounds"]
     assert bounds["bracket"]["ok"] and bounds["checked_reps"] == r["timing"]["reps"]
+    bracket = bounds["bracket"]
+    assert 0 < bracket["batch_latency_trusted_us"] and bracket["batch_latency_us"] == min(
+        bracket["batch_latency_measured_us"], bracket["batch_latency_trusted_us"] + TRUSTED_LATENCY_MARGIN_US)
+
+
+# Every empty batch answered 50 ms late: they are the only batches the candidate's process can tell apart, and their
+# median is the latency the bracket subtracts from every batch, so each would buy the samples that much slack.
+STALL_EMPTY_BATCHES = '''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_time = _torch.sys.modules["time"]
+_batch = _Host.batch
+
+
+def _stalled(self, msg):
+    if not msg.header.get("seeds"):
+        _time.sleep(0.05)
+    return _batch(self, msg)
+
+
+_Host.batch = _stalled
+'''
+
+
+def test_empty_batches_answered_late_buy_no_more_than_the_judges_own_latency(cpu_timed: Profile) -> None:
+    r = cpu_timed(STALL_EMPTY_BATCHES + STARTER)
+    bracket = r["verification"]["bounds"]["bracket"]
+    assert bracket["batch_latency_measured_us"] > 50_000
+    assert bracket["batch_latency_trusted_us"] < 50_000
+    assert bracket["batch_latency_us"] <= bracket["batch_latency_trusted_us"] + TRUSTED_LATENCY_MARGIN_US
 
 
 def test_honest_until_the_timed_reps_then_cached_is_caught_at_a_timed_rep(cpu_timed: Profile) -> None:
