@@ -55,6 +55,7 @@ CHECK_BYTES = 768 << 20  # outputs fetched and compared over a profile's timed r
 MIN_CHECKS, MAX_CHECKS = 6, 256  # a rep that skips its work half the time survives 6 checks with p = 1/64
 OUTPUT_WAIT_S = 0.5  # after a candidate's process ended, for its output's last bytes to arrive
 BASELINE_FRESH_S = 600.0  # a baseline timing this young is re-used (tools.judge._time_baseline)
+BASELINE_COOL_MAX_S = 30.0  # at most this long for the GPU to shed a slowdown by heat before a baseline is timed
 CALIBRATION_FRESH_S = 600.0  # likewise the calibration of a rep's untimed work, per problem and shape
 REFERENCE_BUDGET_S = 1.5  # references computed for the checked timed reps, beyond MIN_CHECKS of them
 EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, synchronise)
@@ -783,6 +784,8 @@ def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, job
     # Whoever decided to time it, no candidate process lives while it is timed: a parked one could load the GPU
     # (a thread of its own, while it waits) and slow the baseline, which is then held for every candidate.
     release_parked(worker)
+    # ...nor while the GPU is still slowed by heat a candidate left behind (its last reps run hot on purpose).
+    cooling = telemetry.wait_until_cool(BASELINE_COOL_MAX_S)
     l2 = job_l2(job)
     timer = calibration(worker, l2).timer
     inputs = problem.inputs(shape, secrets.randbits(31), "cuda")
@@ -795,10 +798,17 @@ def _time_baseline(worker: Any, problem: Problem, shape: str, baseline: Any, job
         capture_error = f"{type(exc).__name__}: {str(exc)[:200]}"
         worker.torch.cuda.synchronize()
         stats = timer.measure({"baseline": lambda: fn(*inputs)}, graph=False, budget_s=budget_s)
-    result = {**stats["baseline"], "l2": l2}
+    result = {**stats["baseline"], "l2": l2, "cooled_s": cooling.waited_s}
+    notes = []
     if capture_error is not None:
-        result["note"] = f"timed eagerly: the baseline could not be captured as a CUDA graph ({capture_error})"
-    worker.baselines[_baseline_key(problem, shape, baseline, job)] = (time.monotonic(), result)
+        notes.append(f"timed eagerly: the baseline could not be captured as a CUDA graph ({capture_error})")
+    if cooling.cleared is False:
+        notes.append(f"timed with the GPU still slowed ({', '.join(cooling.reasons_before)}) after waiting "
+                     f"{cooling.waited_s:.0f} s: not held for later profiles")
+    if notes:
+        result["note"] = "; ".join(notes)
+    if cooling.cleared is not False:
+        worker.baselines[_baseline_key(problem, shape, baseline, job)] = (time.monotonic(), result)
     return {**result, "age_s": 0.0}
 
 

@@ -251,7 +251,9 @@ class BaselineTiming(Open):
     spread_pct: float | None = reported("interquartile range as a share of the median")
     mode: str | None = reported(MODE_DESCRIPTION + "; a baseline is replayed as a CUDA graph whatever the "
                                                    "candidate's mode, unless it cannot be captured")
-    note: str | None = reported("why the baseline was timed eagerly, where it was")
+    note: str | None = reported("why the baseline was timed eagerly, or with the GPU slowed by heat, where it was")
+    cooled_s: float | None = reported("seconds waited before the timing for the GPU to shed a slowdown by heat or "
+                                      "a hardware slowdown (at most 30)")
     reps: int | None = reported("timed reps")
     mean_us: float | None = reported("mean of the reps")
     min_us: float | None = reported("fastest rep")
