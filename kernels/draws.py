@@ -104,14 +104,19 @@ class ChainedDraws:
 
 
 def key_words(key: torch.Tensor) -> tuple[int, ...]:
-    """The KEY_WORDS words a key stands for: the XOR over its rows of each row's first words (as uint32)."""
-    rows = key.detach().to("cpu", torch.int64).reshape(key.shape[0] if key.dim() > 1 else 1, -1)
-    if rows.shape[1] < KEY_WORDS:
-        raise ValueError(f"a key row holds at least {KEY_WORDS} words, not {rows.shape[1]}")
+    """The KEY_WORDS words a key stands for: the XOR over its rows ([rows, >= KEY_WORDS]) of each row's first words
+    (as uint32), row r > 0 rotated left by (7 r mod 31) + 1 bits first, as the fill does."""
+    if key.dim() != 2 or key.shape[1] < KEY_WORDS:
+        raise ValueError(f"a key is a [rows, >= {KEY_WORDS}] tensor, not {list(key.shape)}")
     words = [0] * KEY_WORDS
-    for row in rows[:, :KEY_WORDS].tolist():
-        words = [w ^ (v & 0xFFFFFFFF) for w, v in zip(words, row)]
+    for r, row in enumerate(key.detach().to("cpu", torch.int64)[:, :KEY_WORDS].tolist()):
+        t = (7 * r) % 31 + 1 if r else 0
+        words = [w ^ _rotl(v & 0xFFFFFFFF, t) for w, v in zip(words, row)]
     return tuple(words)
+
+
+def _rotl(word: int, bits: int) -> int:
+    return ((word << bits) | (word >> (32 - bits))) & 0xFFFFFFFF if bits else word
 
 
 def key_hex(key: torch.Tensor) -> str:
@@ -160,6 +165,11 @@ def fill(out: torch.Tensor, key: torch.Tensor, seed: int, stream: int, kind: int
         raise ValueError("a chained draw fills fewer than 2^34 values")
     if key.dtype != torch.int32 or key.dim() != 2 or key.shape[1] < KEY_WORDS or key.stride(1) != 1:
         raise ValueError("a key is an int32 [rows, >= 4] tensor with contiguous rows")
+    if key.device != out.device:
+        raise ValueError(f"the key is on {key.device}, the values to fill on {out.device}")
+    if (kind == _BELOW) != (out.dtype == torch.int64) or (kind == _BELOW and not 0 < bound <= 1 << 24):
+        raise ValueError("integers below a bound (at most 2^24: exact in float32) fill an int64 tensor, other draws "
+                         "a floating one")
     grid = (triton.cdiv(n, 4 * _FILL_BLOCK),)
     _fill_kernel()[grid](out, n, key, int(key.shape[0]), key.stride(0), seed, stream, float(a), float(b), int(bound),
                          KIND=kind, BLOCK=_FILL_BLOCK)
@@ -181,21 +191,29 @@ def _fill_kernel() -> Any:
         k1 = tl.load(key_ptr + 1).to(tl.uint32, bitcast=True)
         k2 = tl.load(key_ptr + 2).to(tl.uint32, bitcast=True)
         k3 = tl.load(key_ptr + 3).to(tl.uint32, bitcast=True)
-        for r in range(1, key_rows):
-            k0 = k0 ^ tl.load(key_ptr + r * key_stride + 0).to(tl.uint32, bitcast=True)
-            k1 = k1 ^ tl.load(key_ptr + r * key_stride + 1).to(tl.uint32, bitcast=True)
-            k2 = k2 ^ tl.load(key_ptr + r * key_stride + 2).to(tl.uint32, bitcast=True)
-            k3 = k3 ^ tl.load(key_ptr + r * key_stride + 3).to(tl.uint32, bitcast=True)
+        u = k0 * 0  # 7 r mod 31, as a uint32 (the rotation of row r is u + 1 bits)
+        for r in range(1, key_rows):  # each further row rotated first (key_words): equal rows do not cancel
+            u = (u + 7) % 31
+            t = u + 1
+            w0 = tl.load(key_ptr + r * key_stride + 0).to(tl.uint32, bitcast=True)
+            w1 = tl.load(key_ptr + r * key_stride + 1).to(tl.uint32, bitcast=True)
+            w2 = tl.load(key_ptr + r * key_stride + 2).to(tl.uint32, bitcast=True)
+            w3 = tl.load(key_ptr + r * key_stride + 3).to(tl.uint32, bitcast=True)
+            k0 = k0 ^ ((w0 << t) | (w0 >> (32 - t)))
+            k1 = k1 ^ ((w1 << t) | (w1 >> (32 - t)))
+            k2 = k2 ^ ((w2 << t) | (w2 >> (32 - t)))
+            k3 = k3 ^ ((w3 << t) | (w3 >> (32 - t)))
         pid = tl.program_id(0).to(tl.int64)
-        counter = pid * BLOCK + tl.arange(0, BLOCK)
+        counter = pid * BLOCK + tl.arange(0, BLOCK)  # below 2^32 (fill: n < 2^34, 4 values a counter)
         c0 = counter.to(tl.uint32)
         zero = c0 * 0
-        # Philox's 64-bit key from two key words, its four counters from the element, the draw, the seed and the
-        # other two key words: all 128 bits of the key and the judge's seed move every value.
-        philox_key = (k1.to(tl.uint64) << 32) | k0.to(tl.uint64)
+        # The judge's seed has a counter word of its own, where no key word reaches it: a key made up for a rep
+        # nobody checks cannot cancel the seed of the rep after it (as k2 ^ seed could), so no choice of key makes
+        # two seeds draw the same inputs. The key moves Philox's key and the last counter word (96 of its bits).
+        philox_key = ((k1 ^ k3).to(tl.uint64) << 32) | k0.to(tl.uint64)
         c1 = zero + stream.to(tl.uint32)
-        c2 = zero + (k2 ^ seed.to(tl.uint32))
-        c3 = zero + (k3 ^ (counter >> 32).to(tl.uint32))
+        c2 = zero + seed.to(tl.uint32)
+        c3 = zero + k2
         r0, r1, r2, r3 = tl.philox(philox_key, c0, c1, c2, c3)
         u0 = tl.uint_to_uniform_float(r0)
         u1 = tl.uint_to_uniform_float(r1)

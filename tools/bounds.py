@@ -8,8 +8,9 @@ its samples are claims. Two outside facts bound them:
 - the bracket: the judge's own wall clock around each batch of reps. The GPU is kept busy by the reps'
   copies and L2 flushes (their GPU time the judge measured in its own process), so
   wall = sum(samples) + reps x (fresh inputs + flush + stash copy) + a fixed latency per batch (measured
-  on empty batches), give or take noise. Samples that add up to much less than the wall left for them were
-  under-reported (`timing_mismatch`); a wall much shorter than the copies and flushes alone means they were skipped.
+  on empty batches, at most the judge's own figure for them plus a margin), give or take noise. Samples that
+  add up to much less than the wall left for them were under-reported (`timing_mismatch`); a wall much shorter
+  than the copies and flushes alone means they were skipped.
 Pure arithmetic: tests cover every branch without a GPU.
 """
 
@@ -86,8 +87,9 @@ def check_bracket(batches: list[BatchRecord], overhead_us_per_rep: float, latenc
                   relative_slack: float = RELATIVE_SLACK, load_added_us: float = 0.0) -> BracketVerdict:
     """Whether the reported samples account for the wall time the judge measured around each batch.
 
-    `latency_us` is the median wall time of empty batches (nothing to run), capped at MAX_LATENCY_US: a
-    candidate that answers empty batches slowly only makes its own bound tighter beyond the cap.
+    `latency_us` is the median wall time of empty batches (nothing to run), which the judge has already capped at
+    its own round trip plus a margin (tools.judge.TRUSTED_LATENCY_MARGIN_US), and which is capped here at
+    MAX_LATENCY_US too: a candidate that answers empty batches slowly only makes its own bound tighter beyond that.
     `load_added_us` is the part of the overhead that the judge's load added (LOAD_SLACK)."""
     if not batches:
         return BracketVerdict(False, "no timed batch", 0.0, 0.0, overhead_us_per_rep)

@@ -296,6 +296,7 @@ class Host:
             commit_outputs(outs, row, gpu=self.cuda)
             if self.rep_recipe[0]:
                 problem = get_problem(self.rep_recipe[0])
+                problem.refill(self.buffers, self.rep_recipe[1], 0)  # a batch's first rep: the zero key's allocation
                 problem.refill(self.buffers, self.rep_recipe[1], 0, row)
             if self.cuda:
                 raise_clocks()  # the first batch follows at once: its reps at the clock the rest run at

@@ -62,7 +62,8 @@ EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, sy
 # Empty batches are the only ones a candidate's process can tell apart, so it could answer them slowly to buy its
 # samples slack. The latency the bracket subtracts is therefore at most the judge's own figure, the same harness
 # in a process that loads no candidate (NULL_SOURCE: trusted, it never runs candidate code), plus this margin for
-# what a loaded candidate's process honestly adds (its buffers, its graph): about a rep's slack at 64 reps a batch.
+# what a loaded candidate's process honestly adds (its buffers, its graph) and a round trip's jitter above its
+# least. A process that stalls its empty batches gains at most this beyond the bracket's LATENCY_JITTER_US.
 TRUSTED_LATENCY_MARGIN_US = 300.0
 NULL_BATCHES = 7  # the trusted process's empty batches; the first pays one-off costs and is not counted
 NULL_SOURCE = ('"""The judge\'s null candidate: its process answers empty batches, the trusted round trip."""\n\n\n'
@@ -546,7 +547,7 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold",
 
 
 def trusted_latency_us(worker: Any) -> float:
-    """The median wall time of an empty batch answered by a process of the judge's own (NULL_SOURCE, spawned like a
+    """The least wall time of an empty batch answered by a process of the judge's own (NULL_SOURCE, spawned like a
     candidate's, from the zygote): what a batch's fixed latency is when nobody stalls it. Measured, as the
     calibration is, with no candidate process alive."""
     sha = source_sha(NULL_SOURCE)
@@ -559,7 +560,7 @@ def trusted_latency_us(worker: Any) -> float:
             walls.append((time.perf_counter() - t0) * 1e6)
             if not answer.header.get("ok"):
                 raise RuntimeError(f"the judge's null process failed `{header['op']}`: {answer.header.get('error')}")
-        return statistics.median(walls[2:])
+        return min(walls[2:])  # noise only lengthens a round trip: the least is the one nothing slowed
     except Refusal as exc:  # a fault of the judge's own process, not a verdict
         raise RuntimeError(f"the judge's null process failed: {exc.message}") from None
     finally:

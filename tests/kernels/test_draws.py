@@ -12,7 +12,16 @@ import pytest
 import torch
 
 from kernels import get_problem, list_problems
-from kernels.draws import KEY_WORDS, ChainedDraws, GeneratorDraws, fill, key_from_hex, key_hex, key_words
+from kernels.draws import (
+    KEY_WORDS,
+    TRITON_DRAWS_ENV,
+    ChainedDraws,
+    GeneratorDraws,
+    fill,
+    key_from_hex,
+    key_hex,
+    key_words,
+)
 
 NORMAL, UNIFORM, BELOW = 0, 1, 2
 FILL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -31,15 +40,53 @@ def _filled(n: int, key: torch.Tensor, seed: int = 7, stream: int = 1, kind: int
     return out.cpu()
 
 
-def test_a_key_crosses_as_hex_and_stands_for_the_xor_of_its_rows() -> None:
+def _rotl(word: int, bits: int) -> int:
+    return ((word << bits) | (word >> (32 - bits))) & 0xFFFFFFFF
+
+
+def test_a_key_crosses_as_hex_and_stands_for_its_rows_combined() -> None:
     rows = _digest_rows(2, 1)
     words = key_words(rows)
-    assert words == tuple((int(x) ^ int(y)) & 0xFFFFFFFF for x, y in zip(rows[0, :KEY_WORDS], rows[1, :KEY_WORDS]))
+    # Row 0 as it is, row 1 rotated left by 8 bits ((7 * 1) % 31 + 1), XORed word by word.
+    assert words == tuple((int(x) & 0xFFFFFFFF) ^ _rotl(int(y) & 0xFFFFFFFF, 8)
+                          for x, y in zip(rows[0, :KEY_WORDS].tolist(), rows[1, :KEY_WORDS].tolist()))
     compact = key_from_hex(key_hex(rows), FILL_DEVICE)
     assert compact.shape == (1, KEY_WORDS) and compact.dtype == torch.int32 and key_words(compact) == words
     for bad in ("", "0" * 31, "g" * 32, 5):
         with pytest.raises(ValueError):
             key_from_hex(bad, "cpu")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        key_words(rows[0])  # a key has rows
+
+
+def test_outputs_with_equal_digests_do_not_cancel_to_a_known_key() -> None:
+    """A key that is zero whatever the outputs would let the next rep's inputs be drawn before they exist."""
+    same = _digest_rows(1, 8).repeat(2, 1)
+    assert key_words(same) != (0,) * KEY_WORDS
+    assert not torch.equal(_filled(4096, same), _filled(4096, torch.zeros_like(same)))
+
+
+def test_no_key_makes_two_seeds_draw_the_same_values() -> None:
+    """A key reported for a rep nobody checks is the candidate's choice, and it knows the next rep's seed: were the
+    seed mixed into a word the key also reaches (k2 ^ seed, as it once was), flipping k2 by the two seeds' XOR
+    would draw the same values for both, outputs it could have computed once."""
+    key = _digest_rows(1, 9)
+    s1, s2 = 0x1234567, 0x7654321
+    flipped = key.clone()
+    flipped[0, 2] ^= s1 ^ s2
+    first = _filled(4096, key, seed=s1)
+    for candidate in (key, flipped):
+        assert (_filled(4096, candidate, seed=s2) != first).float().mean() > 0.99
+
+
+def test_a_draw_refuses_a_tensor_of_the_wrong_kind() -> None:
+    key = _digest_rows(1, 10)
+    with pytest.raises(ValueError):
+        fill(torch.empty(8, device=FILL_DEVICE), key, 1, 1, BELOW, 0.0, 0.0, 4)
+    with pytest.raises(ValueError):
+        fill(torch.empty(8, dtype=torch.int64, device=FILL_DEVICE), key, 1, 1, NORMAL, 0.0, 1.0)
+    with pytest.raises(ValueError):
+        fill(torch.empty(8, dtype=torch.int64, device=FILL_DEVICE), key, 1, 1, BELOW, 0.0, 0.0, 1 << 25)
 
 
 def test_the_fill_reads_the_key_as_the_judge_holds_it() -> None:
@@ -116,3 +163,20 @@ def test_a_reps_inputs_follow_the_key_of_the_rep_before(name: str, device: str) 
     other = refilled(9, _digest_rows(len(problem.output_names), 7, device))
     # Every input drawn at random moves with the key (KDA's fixed-range ones too: A_log, dt_bias).
     assert all(not torch.equal(x, y) for x, y in zip(same, other))
+
+
+@pytest.mark.parametrize(("name", "drawn"), [("softmax", (0,)), ("mla_decode", (0, 1)), ("kda", (0, 2, 7))])
+def test_the_fill_keeps_make_inputs_distribution(name: str, drawn: tuple[int, ...],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed rep's refill through the GPU's fill (here in the interpreter) draws what make_inputs draws: checked on
+    the inputs whose spread does not hang on a few per-head draws (KDA's q, v and initial state)."""
+    monkeypatch.setenv(TRITON_DRAWS_ENV, "1")
+    problem = get_problem(name)
+    made = problem.inputs("small", 5, FILL_DEVICE)
+    refilled = [x.clone() if isinstance(x, torch.Tensor) else x for x in made]
+    problem.refill(refilled, "small", 6, _digest_rows(len(problem.output_names), 11, FILL_DEVICE))
+    for i in drawn:
+        m64, r64 = made[i].double(), refilled[i].double()
+        assert not torch.equal(m64, r64)
+        assert abs(float(m64.mean() - r64.mean())) < 0.05 * max(1.0, float(m64.std())), i
+        assert abs(float(m64.std()) / float(r64.std()) - 1) < 0.05, i

@@ -14,7 +14,8 @@ import math
 import torch
 
 from kernels.kda.problem import SLOW_FRACTION, SLOW_G_MAX, SLOW_G_MIN, SLOW_KEY_SCALE
-from kernels.spec import Dims, Inputs, refill_generator
+from kernels.draws import ChainedDraws, Draws
+from kernels.spec import Dims, Inputs
 
 KEY_CONV = 4      # taps of the causal box filter over the key noise
 KEY_SHARED = 2.0  # weight of the per-(batch, head) shared key direction (cosine 4/5 between any two keys)
@@ -61,35 +62,34 @@ def make_inputs(dims: Dims, seed: int, device: str, dtype: torch.dtype | None) -
     return q, k, v, g_raw, beta, A_log, dt_bias, initial_state
 
 
-def refill_inputs(buffers: list, dims: Dims, seed: int) -> None:
-    """A timed rep's inputs in place: the same distribution as make_inputs (other values), ~30 device ops, none
-    per token. A_log and dt_bias are drawn anew too: the slow channels (and so k's and g_raw's scales) follow
+def refill_inputs(buffers: list, dims: Dims, draws: Draws) -> None:
+    """A timed rep's inputs in place, from the rep's draws (kernels.draws: its seed and the previous rep's key): the
+    same distribution as make_inputs (other values), ~30 device ops, none per token. A_log and dt_bias are drawn anew too: the slow channels (and so k's and g_raw's scales) follow
     from them, and they are not recoverable from dt_bias alone."""
     q, k, v, g_raw, beta, A_log, dt_bias, initial_state = buffers
     B, T, H, K = k.shape
     dev = k.device
-    gen = refill_generator(dev).manual_seed(seed)
     f32 = torch.float32
-    q.normal_(generator=gen)
-    v.normal_(generator=gen)
-    beta.copy_(torch.sigmoid(torch.randn(B, T, H, generator=gen, device=dev, dtype=f32) + BETA_MU))
-    A_log.uniform_(1.0, 16.0, generator=gen).log_()
-    rank = torch.rand(H, K, generator=gen, device=dev).argsort(dim=-1).argsort(dim=-1)
+    draws.normal_(q)
+    draws.normal_(v)
+    beta.copy_(torch.sigmoid(draws.normal_(torch.empty(B, T, H, device=dev, dtype=f32)) + BETA_MU))
+    draws.uniform_(A_log, 1.0, 16.0).log_()
+    rank = draws.uniform_(torch.empty(H, K, device=dev)).argsort(dim=-1).argsort(dim=-1)
     slow = rank < max(1, round(SLOW_FRACTION * K))
-    u = torch.rand(H, K, generator=gen, device=dev)
+    u = draws.uniform_(torch.empty(H, K, device=dev))
     gamma = torch.exp(math.log(SLOW_G_MIN) + (math.log(SLOW_G_MAX) - math.log(SLOW_G_MIN)) * u)
     a = A_log.exp().view(H, 1)
     x_median = torch.log(gamma / 5.0) - torch.log1p(-gamma / 5.0)
-    fast_bias = torch.randn(H, K, generator=gen, device=dev, dtype=f32) * 0.5
+    fast_bias = draws.normal_(torch.empty(H, K, device=dev, dtype=f32)) * 0.5
     dt_bias.copy_(torch.where(slow, x_median / a, fast_bias).reshape(H * K))
-    g = torch.randn(B, T, H, K, generator=gen, device=dev, dtype=f32)
+    g = draws.normal_(torch.empty(B, T, H, K, device=dev, dtype=f32))
     g_raw.copy_(torch.where(slow, g / a, g))
-    noise = torch.randn(B, T, H, K, generator=gen, device=dev, dtype=f32)
-    history = torch.randn(B, KEY_CONV - 1, H, K, generator=gen, device=dev, dtype=f32)
-    shared = torch.randn(B, 1, H, K, generator=gen, device=dev, dtype=f32)
+    noise = draws.normal_(torch.empty(B, T, H, K, device=dev, dtype=f32))
+    history = draws.normal_(torch.empty(B, KEY_CONV - 1, H, K, device=dev, dtype=f32))
+    shared = draws.normal_(torch.empty(B, 1, H, K, device=dev, dtype=f32))
     k.copy_(_keys(noise, history, shared, slow))
     if initial_state is not None:
-        initial_state.normal_(generator=gen)
+        draws.normal_(initial_state)
 
 
 if __name__ == "__main__":  # check: equals emu.make_inputs(alpha=2, conv=4, beta_mu=1) bit for bit; refill runs
@@ -104,7 +104,7 @@ if __name__ == "__main__":  # check: equals emu.make_inputs(alpha=2, conv=4, bet
         y = emu.make_inputs(d, 5, alpha=2.0, conv=4, beta_mu=1.0)
         same = all((s is None and t is None) or torch.equal(s, t) for s, t in zip(x, y))
         bufs = [t.clone() if t is not None else None for t in x]
-        refill_inputs(bufs, d, 7)
+        refill_inputs(bufs, d, ChainedDraws(7, None, "cpu"))
         kk = bufs[1].float() / bufs[1].float().norm(dim=-1, keepdim=True)
         cos = float((kk[:, 1:] * kk[:, :-1]).sum(-1).mean())
         cos_far = float((kk[:, 40:] * kk[:, :-40]).sum(-1).mean())
