@@ -512,8 +512,18 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold",
     if worker.cuda:
         torch.cuda.synchronize()
     # How long a reference takes sets how many timed reps are checked: measured with no candidate process alive
-    # (a parked one could load the GPU to slow it, and so cut its own checks), then held with the calibration.
-    reference_s = held.reference_s if fresh and held is not None else time.perf_counter() - t0
+    # (a parked one could load the GPU to slow it, and so cut its own checks), then held with the calibration. The
+    # less of two: a fresh worker's first one pays one-off costs (on a CPU at softmax small, 2-4 ms against 0.13),
+    # and a first one slowed further by a busy machine would cut the checks of every profile for ten minutes.
+    if fresh and held is not None:
+        reference_s = held.reference_s
+    else:
+        first_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        as_outputs(problem.reference(*inputs))
+        if worker.cuda:
+            torch.cuda.synchronize()
+        reference_s = min(first_s, time.perf_counter() - t0)
     # What the outputs are is the judge's to say (the reference's shapes, the problem's dtypes), never the
     # candidate's: its claims would set the overhead the bracket subtracts.
     out_shapes = [(tuple(r.shape), getattr(torch, problem.dtype_for(name, device)))
@@ -649,14 +659,16 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     per_rep_guess = overhead + (float(pilot) if isinstance(pilot, (int, float)) and math.isfinite(pilot) else 50.0)
     reps = planned_reps(budget_us, per_rep_guess) if worker.cuda else 30
     n_batches = math.ceil(reps / per_batch)
-    # How many reps to check in all: every rep where outputs are small, else what the transfer budget allows,
-    # and no more references than REFERENCE_BUDGET_S buys (KDA's recurrent one is slow at bench).
+    # How many reps to fetch in all: every rep where outputs are small, else what the transfer budget allows. Each
+    # fetched rep's digest and key are checked (they need no reference); no more of them are compared with a
+    # reference than REFERENCE_BUDGET_S buys (KDA's recurrent one is slow at bench): which ones, the candidate's
+    # process cannot see.
     affordable = max(MIN_CHECKS, int(REFERENCE_BUDGET_S / max(reference_s, 1e-6)))
 
-    def wanted_checks(reps: int) -> int:
-        return int(min(reps, MAX_CHECKS, affordable, max(MIN_CHECKS, CHECK_BYTES // max(out_bytes, 1))))
+    def wanted_fetches(reps: int) -> int:
+        return int(min(reps, MAX_CHECKS, max(MIN_CHECKS, CHECK_BYTES // max(out_bytes, 1))))
 
-    checks_wanted = wanted_checks(reps)
+    fetches_wanted = wanted_fetches(reps)
 
     rng = random.Random(secrets.randbits(64))
     rep_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in setup_inputs]  # refilled per checked rep
@@ -664,7 +676,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     batches: list[bounds.BatchRecord] = []
     empty_walls: list[float] = []
     empty_at = set(rng.sample(range(n_batches + EMPTY_BATCHES), EMPTY_BATCHES))
-    checked = 0
+    checked = fetched_reps = 0
     worst = 0.0
     started_unix = time.time()
     wall_start = time.perf_counter()
@@ -709,14 +721,14 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         samples.extend(batch_samples)
         if len(batches) == 1 and worker.cuda:  # the total, planned again from what the judge saw this batch take
             reps = max(done + k, planned_reps(budget_us, wall_us / k))
-            checks_wanted = wanted_checks(reps)
+            fetches_wanted = wanted_fetches(reps)
             # ...and where the empty batches still to come fall among the batches left, drawn again
             left_empty = EMPTY_BATCHES - len(empty_walls)
             batches_left = math.ceil((reps - done - k) / per_batch)
             empty_at = {step + i for i in rng.sample(range(batches_left + left_empty), left_empty)}
         # Which reps to check is decided now, after they ran: this batch's share of the checks, drawn at random
         # (a fractional share becomes one check with that probability).
-        share = checks_wanted * k / reps
+        share = fetches_wanted * k / reps
         n_check = min(k, int(share) + (1 if rng.random() < share - int(share) else 0))
         slots = sorted(rng.sample(range(k), n_check))
         per = len(setup_refs)
@@ -740,6 +752,10 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                         raise Refusal("timing_mismatch", f"the outputs {where} do not give the key its process "
                                                          "reported: the next rep's inputs were drawn before they "
                                                          "existed")
+                    fetched_reps += 1
+                    # The references the budget buys, spread over the fetches (the first ones, then in proportion).
+                    if checked >= min(affordable, math.ceil(affordable * fetched_reps / fetches_wanted)):
+                        continue
                     # This rep's inputs, as its process drew them: from its seed and the key of the rep before.
                     key = key_from_hex(keys[j - 1], device) if j else None
                     problem.refill(rep_inputs, shape, seeds[j], key)
@@ -760,7 +776,8 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
             "latency_us": latency, "measured_latency_us": measured_latency,
             "trusted_latency_us": plan.trusted_latency_us, "l2": plan.l2, "settled": plan.settled,
-            "checked_reps": checked, "reps": reps, "per_batch": per_batch, "max_rel_err": worst,
+            "checked_reps": checked, "fetched_reps": fetched_reps, "reps": reps, "per_batch": per_batch,
+            "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
 
@@ -914,7 +931,8 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
                                  "batch_latency_trusted_us": timing["trusted_latency_us"],
                                  "batch_reps": timing["per_batch"], "untimed_load": timing["settled"].load,
                                  "untimed_gpu_ahead": timing["settled"].gpu_ahead},
-                     "checked_reps": timing["checked_reps"], "reps": timing["reps"]}
+                     "checked_reps": timing["checked_reps"], "fetched_reps": timing["fetched_reps"],
+                     "reps": timing["reps"]}
     verification = {"by": VERIFICATION + "+bounds", "checked_calls": len(result.get("trials") or []),
                     "checked_timed_reps": timing["checked_reps"], "bounds": bounds_report, "census": None}
     speedup = None
