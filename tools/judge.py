@@ -31,7 +31,7 @@ from kernels.spec import Problem, as_outputs, compare
 from tools import bounds, guard, telemetry, wire
 from tools.candidate import source_sha
 from tools.reports import ProfileResult, built
-from tools.sandbox import Sandbox, Spawned
+from tools.sandbox import Sandbox, Spawned, running_strays
 from tools.timing import (
     GRAPH_BELOW_US,
     HOST_BOUND_SHARE,
@@ -316,6 +316,7 @@ def _judge(worker: Any, job: dict[str, Any]) -> dict[str, Any]:
         phases["spawn_load_s"] = round(time.perf_counter() - t0, 4)
         t0 = time.perf_counter()
         worst, trials = _check(worker, problem, plan, session)
+        _refuse_strays(worker, session, "after its checks")
         phases["checks_s"] = round(time.perf_counter() - t0, 4)
         t0 = time.perf_counter()
         result.update(max_rel_err=worst, trials=trials)
@@ -719,6 +720,8 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
             raise Refusal("protocol_error", "the candidate's process sent no keys for its timed reps' inputs")
         batches.append(bounds.BatchRecord(wall_us, batch_samples))
         samples.extend(batch_samples)
+        if len(batches) == 1 or rng.random() < 2 / max(1, n_batches):  # and once the reps are done, below
+            _refuse_strays(worker, session, "during its timed reps")
         if len(batches) == 1 and worker.cuda:  # the total, planned again from what the judge saw this batch take
             reps = max(done + k, planned_reps(budget_us, wall_us / k))
             fetches_wanted = wanted_fetches(reps)
@@ -766,6 +769,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
                 fetched.close_fds()
         done += k
         worker.progress("timing", done, reps)
+    _refuse_strays(worker, session, "during its timed reps")
     while len(empty_walls) < EMPTY_BATCHES:  # those drawn after the last real batch
         empty_batch()
     wall_s = time.perf_counter() - wall_start
@@ -780,6 +784,18 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
             "max_rel_err": worst,
             "timing_loop": {"wall_s": wall_s, "reps": reps, "batches": len(batches), "checked_reps": checked,
                             "started_unix": started_unix, "ended_unix": time.time()}}
+
+
+def _refuse_strays(worker: Any, session: Session, when: str) -> None:
+    """A process the candidate started that is alive while it is judged could do its work outside what the judge
+    brackets and the census sees: a child with a scrubbed environment escapes ncu's injection, and fed through CUDA
+    IPC it can run torch or a library while the candidate's own process launches only its Triton kernels. A
+    candidate's work runs in its own process; Triton's compiler processes end before the call that started them
+    returns."""
+    strays = running_strays(worker.sandbox.zygote_pid, session.spawned.pid)
+    if strays:
+        raise Refusal("rejected", f"the candidate's process started other processes that were running {when} "
+                                  f"({', '.join(strays[:4])}): a candidate's work must run in its own process")
 
 
 def _is_key(value: Any) -> bool:

@@ -314,6 +314,25 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def running_strays(zygote_pid: int, candidate_pid: int) -> list[str]:
+    """The processes below the zygote, other than the candidate's own, that are alive (zombies aside), each as
+    "pid (name)": what a candidate started. Its descendants that daemonised are below the zygote too, which is their
+    subreaper."""
+    found = []
+    for pid in descendants(zygote_pid):
+        if pid == candidate_pid:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue  # gone since
+        if tail.split()[0] in ("Z", "X"):
+            continue
+        found.append(f"{pid} ({head.split('(', 1)[-1]})")
+    return found
+
+
 def _kill_descendants() -> int:
     """SIGKILL every process below the zygote (orphans a candidate left behind reparent here: the subreaper)."""
     killed = 0

@@ -313,3 +313,34 @@ def test_the_rep_count_follows_the_judges_wall_time_not_the_candidates_pilot() -
     first_batch_wall_per_rep = (30 * (145.0 + 20.0) + 600.0) / 30  # 30 honest 20 us reps, 145 us untimed each
     assert judge.planned_reps(budget, first_batch_wall_per_rep) == judge.MAX_REPS
     assert judge.planned_reps(budget, 1e5) == judge.MIN_REPS  # a call that is slow in the judge's own eyes
+
+
+# A helper process started when the timed reps begin (not before the checks), alive from then on: on a GPU it could
+# run the reps' work out of sight of the census (through CUDA IPC); here it only waits.
+HELPER_AT_TIMED_REPS = '''
+import torch as _torch
+
+_Host = _torch.sys.modules["tools.candidate_host"].Host
+_os = _torch.sys.modules["os"]
+_time = _torch.sys.modules["time"]
+_batch = _Host.batch
+_started = []
+
+
+def _with_helper(self, msg):
+    if msg.header.get("seeds") and not _started:
+        _started.append(True)
+        if _os.fork() == 0:
+            while True:
+                _time.sleep(0.05)
+    return _batch(self, msg)
+
+
+_Host.batch = _with_helper
+'''
+
+
+def test_a_process_the_candidate_starts_for_its_timed_reps_is_refused(cpu_timed: Profile) -> None:
+    r = cpu_timed(HELPER_AT_TIMED_REPS + STARTER)
+    assert r["correct"] is False and r["error_class"] == "rejected", (r["error_class"], r["error"])
+    assert "during its timed reps" in r["error"]
