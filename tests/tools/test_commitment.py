@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from kernels import starter_path
 
 STARTER = starter_path("softmax").read_text()
@@ -87,24 +89,28 @@ def test_outputs_written_after_the_batch_break_their_commitment(cpu_timed: Profi
     assert "committed" in r["error"]
 
 
-def test_a_patched_harness_that_drops_the_commitments_is_a_protocol_error(cpu_timed: Profile) -> None:
-    src = ('''
+@pytest.mark.parametrize(("field", "named"), [("commits", "commitment"), ("keys", "keys")])
+def test_a_patched_harness_that_drops_a_part_of_its_answer_is_a_protocol_error(cpu_timed: Profile, field: str,
+                                                                              named: str) -> None:
+    """The digests of a batch's outputs, and the keys its reps drew the next ones from (test_chained_reps.py)."""
+    src = (f'''
 import torch as _torch
 
 _Host = _torch.sys.modules["tools.candidate_host"].Host
 _batch = _Host.batch
 
 
-def _no_commit(self, msg):
+def _dropped(self, msg):
     answer = _batch(self, msg)
-    answer.pop("commits", None)
+    answer.pop({field!r}, None)
     return answer
 
 
-_Host.batch = _no_commit
+_Host.batch = _dropped
 ''' + STARTER)
     r = cpu_timed(src)
     assert r["correct"] is False and r["error_class"] == "protocol_error", (r["error_class"], r["error"])
+    assert named in r["error"]
 
 
 # The reps run a stand-in, and the batch commits to the setup call's outputs, the only real ones it has; when the
