@@ -36,7 +36,6 @@ from tools import guard, wire
 from tools.candidate import GluonNeedsGpu, describe_exception, gluon_launches_refused, load_candidate
 from tools.timing import (
     DIGEST_WORDS,
-    chain_keys,
     commit_outputs,
     flush_buffers,
     gpu_spin,
@@ -353,8 +352,9 @@ class Host:
             self._sync()
         except BaseException as exc:
             return _error(exc, self.path, fatal=self.cuda and _context_lost(torch, exc))
-        return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events], "commits": sealed(commits),
-                "keys": chain_keys(commits)}
+        read = sealed(commits)
+        return {"ok": True, "us": [s.elapsed_time(e) * 1e3 for s, e in events], "commits": read.digests,
+                "keys": read.keys}
 
     def release(self) -> dict[str, Any]:
         """Drop the timing state (stash, graph, buffers) while the judge keeps this process for a repeat."""

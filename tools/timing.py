@@ -169,21 +169,23 @@ def commit_outputs(outs: Any, row: Any, gpu: bool) -> None:
             row[i, :8] = torch.frombuffer(bytearray(digest), dtype=torch.int32)
 
 
-def sealed(commits: Any) -> list[list[str]]:
-    """Each rep's digests ([reps, outputs, DIGEST_WORDS]) as one hex string an output, read once the batch is
-    done: what crosses to the judge."""
-    host = commits.cpu().contiguous()
-    return [[hashlib.sha256(_bytes_of(host[j, i])).hexdigest() for i in range(host.shape[1])]
-            for j in range(host.shape[0])]
+@dataclass(frozen=True)
+class SealedBatch:
+    """A batch's commitments as they cross to the judge: each rep's digests (one hex string an output) and its key,
+    what the next rep of the batch drew its inputs from (kernels.draws.ChainedDraws)."""
+
+    digests: list[list[str]]
+    keys: list[str]
 
 
-def chain_keys(commits: Any) -> list[str]:
-    """Each rep's key ([reps, outputs, DIGEST_WORDS] digests): what the next rep of its batch drew its inputs from
-    (kernels.draws.ChainedDraws), as it crosses to the judge with the digests."""
+def sealed(commits: Any) -> SealedBatch:
+    """Each rep's digests and key from its digest rows ([reps, outputs, DIGEST_WORDS]), read off the device once the
+    batch is done (one copy: the read-out is in the wall the bracket checks)."""
     from kernels.draws import key_hex
 
-    host = commits.cpu()
-    return [key_hex(host[j]) for j in range(host.shape[0])]
+    host = commits.cpu().contiguous()
+    return SealedBatch([[hashlib.sha256(_bytes_of(host[j, i])).hexdigest() for i in range(host.shape[1])]
+                        for j in range(host.shape[0])], [key_hex(host[j]) for j in range(host.shape[0])])
 
 
 @dataclass(frozen=True)
@@ -199,16 +201,10 @@ def committed(outs: Any, gpu: bool) -> RepCommitment:
     """The judge's recomputation of a rep's commitment from its outputs (`gpu` as the rep's)."""
     import torch
 
-    from kernels.draws import key_hex
-
     row = torch.zeros((max(1, len(outs)), DIGEST_WORDS), dtype=torch.int32, device="cuda" if gpu else "cpu")
     commit_outputs(outs, row, gpu)
-    return RepCommitment(sealed(row[None])[0][:len(outs)], key_hex(row))
-
-
-def commitment(outs: Any, gpu: bool) -> list[str]:
-    """The digests a rep that produced `outs` committed to."""
-    return committed(outs, gpu).digests
+    batch = sealed(row[None])
+    return RepCommitment(batch.digests[0][:len(outs)], batch.keys[0])
 
 
 def _bytes_of(t: Any) -> bytes:
@@ -398,7 +394,7 @@ class Calibration:
         # The reps' host work after their batch synchronised, while the GPU idles: reading every rep's two
         # events (its sample) and the commitments. It lands in the batch's wall, so it is a rep's overhead too.
         t0 = time.perf_counter()
-        _ = [s.elapsed_time(e) for s, e in inner], sealed(commits), chain_keys(commits)
+        _ = [s.elapsed_time(e) for s, e in inner], sealed(commits)
         readout_us = (time.perf_counter() - t0) * 1e6 / reps
         queued_us = max(0.0, (total_us - sum(s.elapsed_time(e) * 1e3 for s, e in inner)) / reps)
         return RepOverhead(queued_us + readout_us, queued_us, host_us)
@@ -442,7 +438,7 @@ class WallCalibration:
             refill(buffers, i, row if i else None)
             l2_flush(flush, sink)
             commit_outputs(outs, row, gpu=False)
-            sealed(row[None]), chain_keys(row[None])  # a rep's share of its batch's read-out
+            sealed(row[None])  # a rep's share of its batch's read-out
             for st, o in zip(stash, outs):
                 st.copy_(o)
             times.append((time.perf_counter() - t0) * 1e6)

@@ -70,7 +70,7 @@ def _stacked_batch(self, msg):
         self._stash_slot(j, (out,))
     self._sync()
     drawn_from = _draws.key_hex(torch.zeros((1, _draws.KEY_WORDS), dtype=torch.int32))
-    return {"ok": True, "us": [share_us] * len(seeds), "commits": _timing.sealed(commits),
+    return {"ok": True, "us": [share_us] * len(seeds), "commits": _timing.sealed(commits).digests,
             "keys": [drawn_from] * len(seeds)}
 
 

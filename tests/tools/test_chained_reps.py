@@ -59,10 +59,11 @@ def _own_batch(self, msg):
         if STACKED:
             _timing.commit_outputs((out,), commits[j], gpu=False)
         self._stash_slot(j, (out,))
-    keys = _timing.chain_keys(commits)
+    read = _timing.sealed(commits)
+    keys = read.keys
     if FORGE_KEYS:  # each key as the one the next rep's inputs were drawn from: none
         keys = [_draws.key_hex(_torch.zeros((1, _draws.KEY_WORDS), dtype=_torch.int32))] * len(seeds)
-    return {"ok": True, "us": [share_us] * len(seeds), "commits": _timing.sealed(commits), "keys": keys}
+    return {"ok": True, "us": [share_us] * len(seeds), "commits": read.digests, "keys": keys}
 
 
 _Host.batch = _own_batch

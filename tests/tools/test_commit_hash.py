@@ -121,10 +121,10 @@ def test_a_view_that_starts_between_words_is_digested_as_its_own_bytes() -> None
 def test_the_judge_and_the_rep_pick_the_digest_by_the_profile_not_by_a_tensors_device() -> None:
     """The judge's fetched outputs arrive on the host; a rep's are on the GPU: the digest is chosen by whether the
     profile runs on a GPU, so both compute the same one."""
-    from tools.timing import commitment
+    from tools.timing import committed
 
     t = torch.randn(100)
-    cpu = commitment([t], gpu=False)
-    assert cpu == commitment([t.clone()], gpu=False) and len(cpu) == 1 and len(cpu[0]) == 64
+    cpu = committed([t], gpu=False)
+    assert cpu == committed([t.clone()], gpu=False) and len(cpu.digests) == 1 and len(cpu.digests[0]) == 64
     if torch.cuda.is_available():
-        assert commitment([t], gpu=True) == commitment([t.cuda()], gpu=True) != cpu
+        assert committed([t], gpu=True) == committed([t.cuda()], gpu=True) != cpu

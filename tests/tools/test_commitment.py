@@ -148,7 +148,7 @@ def _forge(out, target):
 def _setup_and_keep(self, msg):
     answer = _setup(self, msg)
     outs = self._outputs(self.entry(*self.buffers))
-    self._target = _timing.commitment(outs, self.cuda)
+    self._target = _timing.committed(outs, self.cuda).digests
     return answer
 
 
