@@ -18,7 +18,7 @@ import torch
 
 from kernels import get_problem
 from kernels.spec import as_outputs
-from tools.timing import DIGEST_WORDS, MAX_LOAD, Calibration, commit_outputs
+from tools.timing import DIGEST_WORDS, MAX_LOAD, Calibration, commit_outputs, keeps_gpu_ahead
 
 
 def host_us(fn: Callable[[int], Any], n: int = 30) -> float:
@@ -90,7 +90,7 @@ def main() -> None:
             return ", ".join(f"{v:.1f}" for v in values)
 
         print(f"load {load}: overhead {listed([r.us for r in runs])} us; queued {listed([r.queued_us for r in runs])}"
-              f" us; host {listed([r.host_us for r in runs])} us; GPU ahead: {[r.keeps_gpu_ahead() for r in runs]}")
+              f" us; host {listed([r.host_us for r in runs])} us; GPU ahead: {keeps_gpu_ahead(runs)}")
         load *= 2
     op_costs()
 

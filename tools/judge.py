@@ -676,6 +676,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     samples: list[float] = []
     batches: list[bounds.BatchRecord] = []
     empty_walls: list[float] = []
+    empty_host: list[float] = []  # the candidate's own figure of its part of each: a diagnosis, never subtracted
     empty_at = set(rng.sample(range(n_batches + EMPTY_BATCHES), EMPTY_BATCHES))
     checked = fetched_reps = 0
     worst = 0.0
@@ -691,6 +692,9 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
         empty_walls.append((time.perf_counter() - t0) * 1e6)
         if not answer.header.get("ok"):
             _raise_error(answer.header)
+        host_s = answer.header.get("host_s")
+        if isinstance(host_s, (int, float)) and math.isfinite(host_s):
+            empty_host.append(host_s * 1e6)
 
     while done < reps:
         if step in empty_at:  # an empty batch, at a random place among the real ones
@@ -779,6 +783,7 @@ def _time_candidate(worker: Any, problem: Problem, shape: str, session: Session,
     latency = min(measured_latency, plan.trusted_latency_us + TRUSTED_LATENCY_MARGIN_US)
     return {"graph": graph, "samples": samples, "batches": batches, "overhead_us": overhead, "pilot_us": pilot,
             "latency_us": latency, "measured_latency_us": measured_latency,
+            "latency_host_us": statistics.median(empty_host) if empty_host else None,
             "trusted_latency_us": plan.trusted_latency_us, "l2": plan.l2, "settled": plan.settled,
             "checked_reps": checked, "fetched_reps": fetched_reps, "reps": reps, "per_batch": per_batch,
             "max_rel_err": worst,
@@ -945,6 +950,7 @@ def _verdict(worker: Any, problem: Problem, shape: str, result: dict[str, Any], 
                      "bracket": {**bracket.as_dict(), "batch_latency_us": timing["latency_us"],
                                  "batch_latency_measured_us": timing["measured_latency_us"],
                                  "batch_latency_trusted_us": timing["trusted_latency_us"],
+                                 "batch_latency_host_us": timing["latency_host_us"],
                                  "batch_reps": timing["per_batch"], "untimed_load": timing["settled"].load,
                                  "untimed_gpu_ahead": timing["settled"].gpu_ahead},
                      "checked_reps": timing["checked_reps"], "fetched_reps": timing["fetched_reps"],

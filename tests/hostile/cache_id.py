@@ -1,7 +1,9 @@
 """Results cached on `id(x)`: the same Python object means the same answer.
 
 Trick: timing loops call entry() with the very same tensor objects over and over; once the same id has come three
-times in a row, the stored output is returned without launching anything.
+times in a row, the stored output is returned without launching anything. The shape is part of the key: an id
+alone is reused by a later tensor of another shape (CPython hands a freed object's address to the next), and the
+stale output would be refused for its shape before any timed rep.
 Expected verdict: incorrect (fresh values in the same buffers during timed reps, outputs checked) or
 impossible_timing.
 """
@@ -36,8 +38,9 @@ def softmax_into(x, out):
 
 
 def entry(x):
-    _state["streak"] = _state["streak"] + 1 if id(x) == _state["id"] else 1
-    _state["id"] = id(x)
+    key = (id(x), tuple(x.shape))
+    _state["streak"] = _state["streak"] + 1 if key == _state["id"] else 1
+    _state["id"] = key
     if _state["streak"] > 3 and _state["out"] is not None:
         return _state["out"]
     _state["out"] = softmax_into(x, torch.empty_like(x))

@@ -111,7 +111,7 @@ def test_the_gpus_keyed_fill_chains_the_reps_end_to_end(tmp_path: Any, monkeypat
         tripwire = (f"\nif torch.sys.modules['os'].environ.get({TRITON_DRAWS_ENV!r}) != '1':\n"
                     "    raise RuntimeError('the candidate process draws on the generator path')\n")
         honest = profile(STARTER + tripwire)
-        assert honest["correct"] is True, (honest["error_class"], honest["error"])
+        assert honest.get("correct") is True, honest
         assert honest["verification"]["bounds"]["checked_reps"] == honest["timing"]["reps"] == 30
         stacked = profile(_patched(stacked=True, forge_keys=False))
         assert stacked["correct"] is False and stacked["error_class"] == "incorrect", stacked["error"]

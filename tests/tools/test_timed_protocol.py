@@ -31,6 +31,8 @@ def test_an_honest_kernel_is_timed_with_every_rep_checked(cpu_timed: Profile) ->
     bracket = bounds["bracket"]
     assert 0 < bracket["batch_latency_trusted_us"] and bracket["batch_latency_us"] == min(
         bracket["batch_latency_measured_us"], bracket["batch_latency_trusted_us"] + TRUSTED_LATENCY_MARGIN_US)
+    # The process's own share of an empty batch's round trip (its word, for diagnosis): inside the round trip.
+    assert 0 < bracket["batch_latency_host_us"] < bracket["batch_latency_measured_us"]
 
 
 # Every empty batch answered 50 ms late: they are the only batches the candidate's process can tell apart, and their
