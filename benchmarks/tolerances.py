@@ -17,7 +17,7 @@ compares with), the error of:
   FLA_FLASH_KDA=0), and for KDA an emulation of a bf16 tensor-core kernel (exact_bf16_operands);
   these must pass, with room;
 - cheap approximations (tests/kernels/test_problem_approximations.py): KDA with its history cut to the last
-  W tokens, MLA with keys dropped, an fp8 cache or missing columns, softmax in half precision or with
+  W tokens or its within-chunk solve cut to a Neumann series of 1-3 terms, MLA with keys dropped, an fp8 cache or missing columns, softmax in half precision or with
   part of each row missing; these must fail.
 
 Per output it records the relative Frobenius error, the atol each would need at the problem's rtol
@@ -231,6 +231,9 @@ def run_kda(table: Table, device: str, shapes: list[str], seeds_for: Callable[[s
                                   (inputs, window)))
                 else:
                     block["skipped"][f"truncated_history_W{window}"] = f"window {window} >= T = {T}: exact"
+            for order in approx.KDA_SOLVE_ORDERS:
+                calls.append((f"truncated_solve_neumann{order}", "approximation", approx.kda_truncated_solve,
+                              (inputs, order)))
             parts = approx.kda_chunk_parts(*inputs[:7])
             low = {"operands": torch.bfloat16, "out_dtype": inputs[0].dtype}
             calls += [

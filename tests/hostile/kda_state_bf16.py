@@ -1,6 +1,6 @@
 """KDA with the final state returned in bfloat16 where the problem says float32.
 
-Trick: the state is the largest write of a short sequence, and its tolerance (rel_err 1e-2, atol 1e-2) is wide
+Trick: the state is the largest write of a short sequence, and its tolerance (rel_err 1e-2, atol 2e-2) is wide
 enough for bf16 rounding (about 4e-3): a comparison that converts to float64 first passes it. Everything else
 is the honest recurrent kernel (the starter's). The contract says final_state is float32.
 Expected verdict: wrong_output (or a dtype-specific class).
