@@ -17,8 +17,8 @@ compares with), the error of:
   FLA_FLASH_KDA=0), and for KDA an emulation of a bf16 tensor-core kernel (exact_bf16_operands);
   these must pass, with room;
 - cheap approximations (tests/kernels/test_problem_approximations.py): KDA with its history cut to the last
-  W tokens or its within-chunk solve cut to a Neumann series of 1-3 terms, MLA with keys dropped, an fp8 cache or missing columns, softmax in half precision or with
-  part of each row missing; these must fail.
+  W tokens or its within-chunk solve cut to a Neumann series of 1-3 terms, MLA with keys dropped, an fp8
+  cache or missing columns, softmax in half precision or with part of each row missing; these must fail.
 
 Per output it records the relative Frobenius error, the atol each would need at the problem's rtol
 (max |out - ref| - rtol |ref|), how many times it exceeds the tolerance (excess: > 1 fails) and the
