@@ -66,6 +66,12 @@ EMPTY_BATCHES = 5  # to measure the fixed latency of a batch (request, reply, sy
 # least. A process that stalls its empty batches gains at most this beyond the bracket's LATENCY_JITTER_US.
 TRUSTED_LATENCY_MARGIN_US = 300.0
 NULL_BATCHES = 7  # the trusted process's empty batches; the first pays one-off costs and is not counted
+# The judge's pause before each of them. A candidate's empty batch follows the judge's work on the batch before
+# (its fetches and references: milliseconds in which the candidate's process sleeps), and a process that wakes from
+# a sleep answers slower: on the CPU (benchmarks/probe_batch_latency.py) the null process took 100-275 us asked
+# back to back and 550-900 us after 5-20 ms, as much as a candidate's did. Asked back to back, the trusted figure
+# was the warm one and every honest profile's latency the cap (H200: 644-882 us measured, 101-233 us trusted).
+NULL_GAP_S = 0.01
 NULL_SOURCE = ('"""The judge\'s null candidate: its process answers empty batches, the trusted round trip."""\n\n\n'
                "def entry(*inputs):\n    return inputs\n")
 MIN_REPS, MAX_REPS = 30, 2000  # timed reps of a GPU profile
@@ -559,13 +565,16 @@ def plan_timing(worker: Any, problem: Problem, shape: str, l2: str = "cold",
 
 def trusted_latency_us(worker: Any) -> float:
     """The least wall time of an empty batch answered by a process of the judge's own (NULL_SOURCE, spawned like a
-    candidate's, from the zygote): what a batch's fixed latency is when nobody stalls it. Measured, as the
-    calibration is, with no candidate process alive."""
+    candidate's, from the zygote): what a batch's fixed latency is when nobody stalls it, each asked after a pause
+    as a candidate's empty batches are (NULL_GAP_S). Measured, as the calibration is, with no candidate process
+    alive."""
     sha = source_sha(NULL_SOURCE)
     session = Session(worker.sandbox, worker.sandbox.spawn(sha, NULL_SOURCE), time.monotonic() + CALL_TIMEOUT_S)
     try:
         walls = []
         for header in [{"op": "load"}] + [{"op": "batch", "seeds": []}] * NULL_BATCHES:
+            if header["op"] == "batch":
+                time.sleep(NULL_GAP_S)
             t0 = time.perf_counter()
             answer = session.request(header, timeout=CALL_TIMEOUT_S)
             walls.append((time.perf_counter() - t0) * 1e6)
