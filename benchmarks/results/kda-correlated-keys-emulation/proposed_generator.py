@@ -1,4 +1,4 @@
-"""Proposed KDA generator (for kernels/kda/problem.py): correlated keys and higher betas. Not applied to /work/main.
+"""Proposed KDA generator: correlated keys and higher betas (landed in kernels/kda/problem.py, 2026-12-02).
 
 Differences from today's make_inputs (everything else is drawn identically, in the same order):
 - k: the N(0, 1) noise goes through a causal box filter of KEY_CONV = 4 tokens (Kimi Linear's ShortConv width),
