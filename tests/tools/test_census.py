@@ -82,26 +82,26 @@ def test_census_outputs_are_checked_against_the_reference() -> None:
 
 
 def test_a_cold_median_far_below_its_kernels_under_ncu_is_refused() -> None:
-    from server.service import CENSUS_TIME_RATIO, _faster_than_its_kernels
+    from server.service import CENSUS_TIME_RATIO, _census_time_disagrees
     from tools.reports import ProfileResult
 
     def profiled(**timing: object) -> ProfileResult:
         return ProfileResult.model_validate({"problem": "mla_decode", "shape": "bench", "ok": True, "timing": timing})
 
     census = {"status": "passed", "kernel_us_per_call": 20.0}
-    assert _faster_than_its_kernels(profiled(median_us=19.5), census) is None
-    assert _faster_than_its_kernels(profiled(median_us=20.0 * CENSUS_TIME_RATIO * 1.01), census) is None
-    why = _faster_than_its_kernels(profiled(median_us=2.0), census)
+    assert _census_time_disagrees(profiled(median_us=19.5), census) is None
+    assert _census_time_disagrees(profiled(median_us=20.0 * CENSUS_TIME_RATIO * 1.01), census) is None
+    why = _census_time_disagrees(profiled(median_us=2.0), census)
     assert why is not None and "under-report" in why
     # Warm timings and censuses without durations (older log entries) are not compared.
-    assert _faster_than_its_kernels(profiled(median_us=2.0, l2="warm"), census) is None
-    assert _faster_than_its_kernels(profiled(median_us=2.0), {"status": "passed"}) is None
+    assert _census_time_disagrees(profiled(median_us=2.0, l2="warm"), census) is None
+    assert _census_time_disagrees(profiled(median_us=2.0), {"status": "passed"}) is None
 
 
 def test_a_cold_median_far_above_its_kernels_under_ncu_is_refused() -> None:
     """A census that saw one trivial kernel while the timed calls took far longer: the work ran elsewhere under the
     census (a host stand-in, a child) and in something else when timed."""
-    from server.service import CENSUS_CALL_ALLOWANCE_US, CENSUS_LAUNCH_ALLOWANCE_US, _slower_than_its_kernels
+    from server.service import CENSUS_CALL_ALLOWANCE_US, CENSUS_LAUNCH_ALLOWANCE_US, _census_time_disagrees
     from tools.reports import ProfileResult
 
     def profiled(**timing: object) -> ProfileResult:
@@ -110,20 +110,20 @@ def test_a_cold_median_far_above_its_kernels_under_ncu_is_refused() -> None:
     honest = {"status": "passed", "calls": 2, "kernel_us_per_call": 64.1,
               "kernels": [{"name": "softmax_row_kernel", "launches": 2}]}
     # The H200's honest figures: the median within a few per cent of the census's kernels.
-    assert _slower_than_its_kernels(profiled(median_us=66.0, mode="cuda_graph"), honest) is None
+    assert _census_time_disagrees(profiled(median_us=66.0, mode="cuda_graph"), honest) is None
     stand_in = {**honest, "kernel_us_per_call": 2.0}
-    why = _slower_than_its_kernels(profiled(median_us=140.0, mode="cuda_graph"), stand_in)
+    why = _census_time_disagrees(profiled(median_us=140.0, mode="cuda_graph"), stand_in)
     assert why is not None and "did not see" in why
     # The allowance: the kernels at the census's ratio, a call's fixed cost and each launch's, more when eager.
     edge = 2.0 / 0.6 + CENSUS_CALL_ALLOWANCE_US + CENSUS_LAUNCH_ALLOWANCE_US["cuda_graph"]
-    assert _slower_than_its_kernels(profiled(median_us=edge * 0.99, mode="cuda_graph"), stand_in) is None
-    assert _slower_than_its_kernels(profiled(median_us=edge * 1.01, mode="cuda_graph"), stand_in) is not None
-    assert _slower_than_its_kernels(profiled(median_us=edge * 1.01, mode="eager"), stand_in) is None
+    assert _census_time_disagrees(profiled(median_us=edge * 0.99, mode="cuda_graph"), stand_in) is None
+    assert _census_time_disagrees(profiled(median_us=edge * 1.01, mode="cuda_graph"), stand_in) is not None
+    assert _census_time_disagrees(profiled(median_us=edge * 1.01, mode="eager"), stand_in) is None
     many = {**honest, "kernel_us_per_call": 100.0, "kernels": [{"name": "k", "launches": 100}]}  # 50 a call
-    assert _slower_than_its_kernels(profiled(median_us=1500.0, mode="eager"), many) is None  # host-bound launches
+    assert _census_time_disagrees(profiled(median_us=1500.0, mode="eager"), many) is None  # host-bound launches
     # Warm timings and censuses without durations or calls are not compared.
-    assert _slower_than_its_kernels(profiled(median_us=140.0, mode="cuda_graph", l2="warm"), stand_in) is None
-    assert _slower_than_its_kernels(profiled(median_us=140.0), {"status": "passed", "kernel_us_per_call": 2.0}) is None
+    assert _census_time_disagrees(profiled(median_us=140.0, mode="cuda_graph", l2="warm"), stand_in) is None
+    assert _census_time_disagrees(profiled(median_us=140.0), {"status": "passed", "kernel_us_per_call": 2.0}) is None
 
 
 def test_rows_printed_by_the_candidate_ahead_of_ncus_report_are_refused() -> None:
